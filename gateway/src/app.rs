@@ -1,0 +1,228 @@
+//! The HTTP stack: routes, the tower-http layers around them, and the `/mcp` handler that runs
+//! the edge checks in the specification's order before forwarding.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{any, get, post};
+use http::{HeaderMap, HeaderName, Method, StatusCode, header};
+use mcp_proto::envelope::{self, Body, EnvelopeError};
+use mcp_proto::mcp::{self as pb, mcp_service_client::McpServiceClient};
+use mcp_proto::vocab::{Era, ErrorCode};
+use tonic::transport::Channel;
+use tonic_health::pb::health_client::HealthClient;
+use tower_http::cors::{AllowOrigin, CorsLayer};
+use tower_http::limit::RequestBodyLimitLayer;
+use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
+use tower_http::trace::TraceLayer;
+
+use crate::era;
+use crate::forward::{self, rpc_error};
+use crate::headers::{self, OriginPolicy, Refusal};
+use crate::oauth_proxy::OAuthProxy;
+
+/// Shared state of the HTTP edge.
+pub struct Gateway {
+    pub mcp: McpServiceClient<Channel>,
+    pub health: HealthClient<Channel>,
+    pub oauth: OAuthProxy,
+    pub policy: OriginPolicy,
+    pub draining: AtomicBool,
+}
+
+const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+
+/// The router with its layers, outermost first:
+pub fn router(state: Arc<Gateway>, max_body_bytes: usize) -> Router {
+    let policy = state.policy.clone();
+    let cors = CorsLayer::new()
+        // Browser clients: the same origins the DNS-rebinding check accepts.
+        .allow_origin(AllowOrigin::predicate(move |origin, _| {
+            origin.to_str().is_ok_and(|o| policy.origin_allowed(o))
+        }))
+        .allow_methods([Method::GET, Method::POST, Method::DELETE, Method::OPTIONS])
+        .allow_headers([
+            header::CONTENT_TYPE,
+            header::ACCEPT,
+            header::AUTHORIZATION,
+            HeaderName::from_static("mcp-protocol-version"),
+            HeaderName::from_static("mcp-method"),
+            HeaderName::from_static("mcp-name"),
+            HeaderName::from_static("mcp-session-id"),
+            HeaderName::from_static("last-event-id"),
+            REQUEST_ID,
+        ])
+        .expose_headers([
+            HeaderName::from_static("mcp-session-id"),
+            header::WWW_AUTHENTICATE,
+        ])
+        .max_age(Duration::from_secs(3600));
+    let mcp = Router::new()
+        .route(
+            "/mcp",
+            post(mcp_post)
+                .get(method_not_allowed)
+                .delete(method_not_allowed),
+        )
+        // Oversize bodies are refused with 413 before they are read whole.
+        .layer(RequestBodyLimitLayer::new(max_body_bytes));
+    let oauth = Router::new()
+        .route(
+            "/.well-known/oauth-authorization-server",
+            any(crate::oauth_proxy::proxy),
+        )
+        .route(
+            "/.well-known/oauth-authorization-server/{*rest}",
+            any(crate::oauth_proxy::proxy),
+        )
+        .route("/oauth/{*rest}", any(crate::oauth_proxy::proxy));
+    Router::new()
+        .merge(mcp)
+        .merge(oauth)
+        .route("/healthz", get(|| async { "ok" }))
+        .route("/readyz", get(ready))
+        .with_state(state)
+        // CORS answers preflights before anything else runs.
+        .layer(cors)
+        // One span per request, carrying the request id.
+        .layer(TraceLayer::new_for_http())
+        // Echo the request id to the client.
+        .layer(PropagateRequestIdLayer::new(REQUEST_ID))
+        // Give every request an id (kept if the client sent one).
+        .layer(SetRequestIdLayer::new(REQUEST_ID, MakeRequestUuid))
+}
+
+async fn method_not_allowed() -> Response {
+    (StatusCode::METHOD_NOT_ALLOWED, [(header::ALLOW, "POST")]).into_response()
+}
+
+fn refusal(r: Refusal, id: Option<&str>) -> Response {
+    match r {
+        Refusal::Forbidden(m) => rpc_error(
+            StatusCode::FORBIDDEN,
+            None,
+            ErrorCode::INVALID_REQUEST,
+            &format!("Forbidden: {m}"),
+        ),
+        Refusal::UnsupportedMediaType => rpc_error(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            None,
+            ErrorCode::INVALID_REQUEST,
+            "Unsupported Media Type: Content-Type must be application/json",
+        ),
+        Refusal::NotAcceptable => rpc_error(
+            StatusCode::NOT_ACCEPTABLE,
+            None,
+            ErrorCode::INVALID_REQUEST,
+            "Not Acceptable: Accept must allow application/json or text/event-stream",
+        ),
+        Refusal::HeaderMismatch(m) => {
+            rpc_error(StatusCode::BAD_REQUEST, id, ErrorCode::HEADER_MISMATCH, &m)
+        }
+    }
+}
+
+/// `POST /mcp`, checked in this order: Host/Origin (403) → Content-Type (415) → Accept (406)
+/// → body size (413, by the layer) → JSON-RPC envelope (-32700/-32600, 400) → era → for a
+/// modern request with complete `_meta`, the routing headers (-32020, 400) → forward. The
+/// protocol engine then checks `_meta`, version, method and capabilities.
+async fn mcp_post(State(gw): State<Arc<Gateway>>, headers: HeaderMap, body: Bytes) -> Response {
+    if let Err(r) = gw
+        .policy
+        .check(&headers)
+        .and_then(|()| headers::check_content_type(&headers))
+    {
+        return refusal(r, None);
+    }
+    let accepts = match headers::accepts(&headers) {
+        Ok(a) => a,
+        Err(r) => return refusal(r, None),
+    };
+    let header_version = match headers::protocol_version(&headers) {
+        Ok(v) => v,
+        Err(r) => return refusal(r, None),
+    };
+    let (era, id) = match envelope::parse_body(&body) {
+        Err(EnvelopeError::Parse(m)) => {
+            return rpc_error(
+                StatusCode::BAD_REQUEST,
+                None,
+                ErrorCode::PARSE_ERROR,
+                &format!("Parse error: {m}"),
+            );
+        }
+        Err(EnvelopeError::Invalid { id, reason }) => {
+            return rpc_error(
+                StatusCode::BAD_REQUEST,
+                id.as_deref(),
+                ErrorCode::INVALID_REQUEST,
+                &format!("Invalid request: {reason}"),
+            );
+        }
+        Ok(Body::Batch(_)) => {
+            let modern = header_version
+                .as_deref()
+                .is_some_and(|v| !mcp_proto::vocab::is_legacy_revision(v));
+            (if modern { Era::Modern } else { Era::Legacy }, None)
+        }
+        Ok(Body::Single(env)) => {
+            let era = era::classify(&env, header_version.as_deref());
+            let id = env.id_json().map(str::to_owned);
+            if era == Era::Modern && env.missing_modern_meta().is_none() {
+                if let Err(r) =
+                    headers::check_modern_headers(&headers, &env, header_version.as_deref())
+                {
+                    return refusal(r, id.as_deref());
+                }
+            }
+            (era, id)
+        }
+    };
+    let request = pb::McpRequest {
+        body: body.to_vec(),
+        era: pb::Era::from(era) as i32,
+        header_version: header_version.unwrap_or_default(),
+        principal: None,
+        transport: pb::Transport::StreamableHttp as i32,
+        session_id: header_str(&headers, mcp_proto::vocab::header::SESSION_ID),
+        request_id: header_str(&headers, "x-request-id"),
+        accepts_stream: accepts.stream,
+    };
+    forward::forward(gw.mcp.clone(), request, accepts, id).await
+}
+
+fn header_str(headers: &HeaderMap, name: &str) -> String {
+    headers
+        .get(name)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_owned()
+}
+
+/// Ready while not draining and while mcp-service reports itself serving.
+async fn ready(State(gw): State<Arc<Gateway>>) -> (StatusCode, &'static str) {
+    if gw.draining.load(Ordering::SeqCst) {
+        return (StatusCode::SERVICE_UNAVAILABLE, "draining");
+    }
+    let check = tonic_health::pb::HealthCheckRequest {
+        service: "mcp.v1.McpService".into(),
+    };
+    let serving = tokio::time::timeout(Duration::from_secs(2), gw.health.clone().check(check))
+        .await
+        .ok()
+        .and_then(Result::ok)
+        .is_some_and(|r| {
+            r.into_inner().status
+                == tonic_health::pb::health_check_response::ServingStatus::Serving as i32
+        });
+    if serving {
+        (StatusCode::OK, "ready")
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, "mcp-service not serving")
+    }
+}

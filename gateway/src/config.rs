@@ -1,0 +1,124 @@
+//! gateway configuration: defaults < `--config` file < `GATEWAY_*` env < flags.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+use url::Url;
+
+use crate::headers::OriginPolicy;
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    /// HTTP listen address; port 0 picks a free port.
+    pub listen: SocketAddr,
+    /// URL of mcp-service (`http://host:port`). Set by standalone mode itself.
+    pub mcp_service: Option<String>,
+    /// URL of oauth-service (`http://host:port`). Set by standalone mode itself.
+    pub oauth_service: Option<String>,
+    /// The public base URL of this gateway (the OAuth issuer in standalone mode).
+    pub public_url: Option<Url>,
+    /// Largest accepted request body, in bytes (413 above).
+    pub max_body_bytes: usize,
+    /// Host names accepted in `Host` (empty: loopback names on a loopback bind, else any).
+    pub allowed_hosts: Vec<String>,
+    /// Browser origins accepted besides loopback ones.
+    pub allowed_origins: Vec<String>,
+    /// How long in-flight requests may run after a shutdown signal.
+    pub shutdown_grace_secs: u64,
+    /// Standalone mode: the definitions file for the embedded registry.
+    pub definitions: Option<PathBuf>,
+    /// Standalone mode: where embedded state (SQLite) lives.
+    pub data_dir: PathBuf,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            listen: ([127, 0, 0, 1], 8080).into(),
+            mcp_service: None,
+            oauth_service: None,
+            public_url: None,
+            max_body_bytes: 4 * 1024 * 1024,
+            allowed_hosts: Vec::new(),
+            allowed_origins: Vec::new(),
+            shutdown_grace_secs: 10,
+            definitions: None,
+            data_dir: PathBuf::from("data"),
+        }
+    }
+}
+
+impl Config {
+    pub fn origin_policy(&self, bound: SocketAddr) -> OriginPolicy {
+        OriginPolicy {
+            allowed_hosts: self.allowed_hosts.clone(),
+            allowed_origins: self.allowed_origins.clone(),
+            loopback_only: bound.ip().is_loopback(),
+        }
+    }
+}
+
+#[derive(Debug, clap::Parser, Serialize)]
+#[command(
+    name = "gateway",
+    version,
+    about = "The MCP HTTP gateway; --standalone runs every component in one process"
+)]
+pub struct Cli {
+    /// Run all four components in this process (embedded default).
+    #[arg(long)]
+    #[serde(skip)]
+    pub standalone: bool,
+    /// Address to listen on (HTTP), e.g. 127.0.0.1:8080.
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub listen: Option<SocketAddr>,
+    /// mcp-service URL, e.g. http://127.0.0.1:50051.
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mcp_service: Option<String>,
+    /// oauth-service URL, e.g. http://127.0.0.1:9090.
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub oauth_service: Option<String>,
+    /// Public base URL of this gateway, e.g. https://mcp.example.com.
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub public_url: Option<Url>,
+    /// Definitions file (standalone mode).
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub definitions: Option<PathBuf>,
+    /// Data directory (standalone mode).
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub data_dir: Option<PathBuf>,
+    /// TOML configuration file.
+    #[arg(long)]
+    #[serde(skip)]
+    pub config: Option<PathBuf>,
+}
+
+impl Cli {
+    pub fn load(&self) -> Result<Config, String> {
+        let config: Config =
+            mcp_proto::runtime::load_config(self.config.as_deref(), "GATEWAY_", self)
+                .map_err(|e| e.to_string())?;
+        if !self.standalone {
+            if config.mcp_service.is_none() {
+                return Err("mcp_service: required unless --standalone (flag --mcp-service or GATEWAY_MCP_SERVICE)".into());
+            }
+            if config.oauth_service.is_none() {
+                return Err(
+                    "oauth_service: required unless --standalone (flag --oauth-service or GATEWAY_OAUTH_SERVICE)".into(),
+                );
+            }
+        }
+        if config.max_body_bytes == 0 {
+            return Err("max_body_bytes: must be greater than 0".into());
+        }
+        Ok(config)
+    }
+}

@@ -1,0 +1,152 @@
+//! Forward a JSON-RPC body to mcp-service over gRPC and turn its frames into an HTTP reply:
+//! one JSON body when the first frame is final, an SSE stream when interim messages (progress,
+//! logs) come first and the client accepts one.
+
+use std::convert::Infallible;
+
+use axum::body::Body;
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use futures_util::stream;
+use http::{HeaderValue, StatusCode, header};
+use mcp_proto::mcp::{self as pb, Disposition, mcp_service_client::McpServiceClient};
+use mcp_proto::vocab::ErrorCode;
+use tonic::Streaming;
+use tonic::transport::Channel;
+
+use crate::headers::Accepts;
+
+/// The HTTP status of a final frame.
+pub fn status_of(d: Disposition) -> StatusCode {
+    match d {
+        Disposition::Rejected => StatusCode::BAD_REQUEST,
+        Disposition::UnknownMethod | Disposition::SessionNotFound => StatusCode::NOT_FOUND,
+        Disposition::Accepted => StatusCode::ACCEPTED,
+        Disposition::Reply | Disposition::Interim | Disposition::Unspecified => StatusCode::OK,
+    }
+}
+
+/// A JSON-RPC error produced at the edge.
+pub fn rpc_error(status: StatusCode, id: Option<&str>, code: ErrorCode, message: &str) -> Response {
+    json_response(status, mcp_proto::jsonrpc::error(id, code, message, None))
+}
+
+fn json_response(status: StatusCode, json: Vec<u8>) -> Response {
+    let mut resp = Response::new(Body::from(json));
+    *resp.status_mut() = status;
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    resp
+}
+
+fn final_response(frame: pb::McpFrame) -> Response {
+    let disposition = frame.disposition();
+    let mut resp = if disposition == Disposition::Accepted {
+        let mut r = Response::new(Body::empty());
+        *r.status_mut() = StatusCode::ACCEPTED;
+        r
+    } else {
+        json_response(status_of(disposition), frame.json)
+    };
+    if let Ok(v) = HeaderValue::from_str(&frame.session_id) {
+        if !frame.session_id.is_empty() {
+            resp.headers_mut()
+                .insert(mcp_proto::vocab::header::SESSION_ID, v);
+        }
+    }
+    resp
+}
+
+fn sse_event(json: &[u8]) -> Result<Event, Infallible> {
+    Ok(Event::default()
+        .event("message")
+        .data(String::from_utf8_lossy(json)))
+}
+
+/// Send `request` to mcp-service and build the reply. `id` is echoed in edge-made errors.
+pub async fn forward(
+    mut client: McpServiceClient<Channel>,
+    request: pb::McpRequest,
+    accepts: Accepts,
+    id: Option<String>,
+) -> Response {
+    let unavailable = |status: tonic::Status| {
+        tracing::warn!(code = ?status.code(), error = %status.message(), "mcp-service call failed");
+        rpc_error(
+            StatusCode::BAD_GATEWAY,
+            id.as_deref(),
+            ErrorCode::INTERNAL_ERROR,
+            "Internal error: upstream unavailable",
+        )
+    };
+    let mut frames: Streaming<pb::McpFrame> = match client.handle(request).await {
+        Ok(r) => r.into_inner(),
+        Err(status) => return unavailable(status),
+    };
+    let first = match frames.message().await {
+        Ok(Some(f)) => f,
+        Ok(None) => return unavailable(tonic::Status::internal("no reply")),
+        Err(status) => return unavailable(status),
+    };
+    let streaming = first.disposition() == Disposition::Interim;
+    if !streaming && (accepts.json || first.disposition() == Disposition::Accepted) {
+        return final_response(first);
+    }
+    if !accepts.stream {
+        // The client takes only JSON: drop interim messages and answer with the final one.
+        let mut last = first;
+        while last.disposition() == Disposition::Interim {
+            last = match frames.message().await {
+                Ok(Some(f)) => f,
+                Ok(None) => return unavailable(tonic::Status::internal("stream ended early")),
+                Err(status) => return unavailable(status),
+            };
+        }
+        return final_response(last);
+    }
+    // SSE: the interim messages, then the reply; the stream ends after the reply.
+    let error_id = id.clone();
+    let events = stream::unfold((Some(first), Some(frames)), move |(pending, frames)| {
+        let error_id = error_id.clone();
+        async move {
+            if let Some(frame) = pending {
+                let done = frame.disposition() != Disposition::Interim;
+                return Some((
+                    sse_event(&frame.json),
+                    (None, if done { None } else { frames }),
+                ));
+            }
+            let mut frames = frames?;
+            match frames.message().await {
+                Ok(Some(frame)) => {
+                    let done = frame.disposition() != Disposition::Interim;
+                    Some((
+                        sse_event(&frame.json),
+                        (None, if done { None } else { Some(frames) }),
+                    ))
+                }
+                Ok(None) => None,
+                Err(status) => {
+                    tracing::warn!(error = %status.message(), "mcp-service stream failed");
+                    let json = mcp_proto::jsonrpc::error(
+                        error_id.as_deref(),
+                        ErrorCode::INTERNAL_ERROR,
+                        "Internal error: upstream stream failed",
+                        None,
+                    );
+                    Some((sse_event(&json), (None, None)))
+                }
+            }
+        }
+    });
+    let mut resp = Sse::new(events)
+        .keep_alive(KeepAlive::default())
+        .into_response();
+    resp.headers_mut()
+        .insert("x-accel-buffering", HeaderValue::from_static("no"));
+    resp.headers_mut()
+        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    resp
+}

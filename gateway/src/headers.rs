@@ -1,0 +1,464 @@
+//! Pure checks over request headers: DNS-rebinding protection (`Host`, `Origin`), content
+//! negotiation, and the 2026-07-28 routing headers against the body.
+
+use http::HeaderMap;
+use http::header::{ACCEPT, CONTENT_TYPE, HOST, ORIGIN};
+use mcp_proto::envelope::Envelope;
+use mcp_proto::header_codec;
+use mcp_proto::vocab::header;
+
+/// Which `Host` and `Origin` values a request may carry.
+#[derive(Debug, Clone, Default)]
+pub struct OriginPolicy {
+    /// Host names (without port) accepted in `Host`; empty means any, unless `loopback_only`.
+    pub allowed_hosts: Vec<String>,
+    /// Origins (`scheme://host[:port]`) accepted besides loopback ones.
+    pub allowed_origins: Vec<String>,
+    /// Bound to a loopback address: only loopback `Host` names are accepted (DNS rebinding).
+    pub loopback_only: bool,
+}
+
+/// Why a request was refused at the edge.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refusal {
+    /// 403: `Host` or `Origin` not allowed.
+    Forbidden(String),
+    /// 415.
+    UnsupportedMediaType,
+    /// 406.
+    NotAcceptable,
+    /// 400 with -32020: a routing header is missing, malformed or disagrees with the body.
+    HeaderMismatch(String),
+}
+
+fn is_loopback_host(host: &str) -> bool {
+    let host = host.trim_end_matches('.');
+    host.eq_ignore_ascii_case("localhost")
+        || host.to_ascii_lowercase().ends_with(".localhost")
+        || host
+            .parse::<std::net::Ipv4Addr>()
+            .is_ok_and(|ip| ip.is_loopback())
+        || host == "[::1]"
+        || host == "::1"
+}
+
+/// The host name of a `Host` header value (`name[:port]`, `[v6][:port]`).
+fn host_name(value: &str) -> &str {
+    if let Some(rest) = value.strip_prefix('[') {
+        return rest
+            .split(']')
+            .next()
+            .map_or(value, |h| &value[..h.len() + 2]);
+    }
+    value.rsplit_once(':').map_or(value, |(h, port)| {
+        if port.bytes().all(|b| b.is_ascii_digit()) {
+            h
+        } else {
+            value
+        }
+    })
+}
+
+impl OriginPolicy {
+    /// DNS-rebinding protection: `Host` must name this server, and a browser's `Origin`, when
+    /// present, must be an allowed one.
+    pub fn check(&self, headers: &HeaderMap) -> Result<(), Refusal> {
+        let host = headers
+            .get(HOST)
+            .and_then(|h| h.to_str().ok())
+            .map(host_name);
+        if let Some(host) = host {
+            let listed = self
+                .allowed_hosts
+                .iter()
+                .any(|a| a.eq_ignore_ascii_case(host));
+            let ok = if !self.allowed_hosts.is_empty() {
+                listed || (self.loopback_only && is_loopback_host(host))
+            } else {
+                !self.loopback_only || is_loopback_host(host)
+            };
+            if !ok {
+                return Err(Refusal::Forbidden(format!("Host `{host}` is not allowed")));
+            }
+        }
+        if let Some(origin) = headers.get(ORIGIN) {
+            let origin = origin
+                .to_str()
+                .map_err(|_| Refusal::Forbidden("malformed Origin".into()))?;
+            if !self.origin_allowed(origin) {
+                return Err(Refusal::Forbidden(format!(
+                    "Origin `{origin}` is not allowed"
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Loopback origins and configured ones; never `null`.
+    pub fn origin_allowed(&self, origin: &str) -> bool {
+        if self
+            .allowed_origins
+            .iter()
+            .any(|a| a == "*" || a.eq_ignore_ascii_case(origin))
+        {
+            return true;
+        }
+        match url::Url::parse(origin) {
+            Ok(u) if matches!(u.scheme(), "http" | "https") => {
+                u.host_str().is_some_and(is_loopback_host)
+                    && (self.loopback_only || self.allowed_origins.is_empty())
+            }
+            _ => false,
+        }
+    }
+}
+
+/// `Content-Type` must be JSON (415 otherwise).
+pub fn check_content_type(headers: &HeaderMap) -> Result<(), Refusal> {
+    let ok = headers
+        .get(CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .is_some_and(|t| t.trim().eq_ignore_ascii_case("application/json"));
+    if ok {
+        Ok(())
+    } else {
+        Err(Refusal::UnsupportedMediaType)
+    }
+}
+
+/// What the client accepts. Lenient: a missing `Accept`, or one that names only JSON, still
+/// gets a reply (as JSON); only an `Accept` that excludes both types is refused (406).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Accepts {
+    pub json: bool,
+    pub stream: bool,
+}
+
+pub fn accepts(headers: &HeaderMap) -> Result<Accepts, Refusal> {
+    let values: Vec<&str> = headers
+        .get_all(ACCEPT)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .collect();
+    if values.is_empty() {
+        return Ok(Accepts {
+            json: true,
+            stream: true,
+        });
+    }
+    let mut acc = Accepts {
+        json: false,
+        stream: false,
+    };
+    for range in values.iter().flat_map(|v| v.split(',')) {
+        let mut parts = range.split(';');
+        let media = parts.next().unwrap_or_default().trim().to_ascii_lowercase();
+        // `q=0` means "not acceptable".
+        if parts.any(|p| {
+            p.trim()
+                .replace(' ', "")
+                .trim_start_matches("q=")
+                .parse::<f32>()
+                == Ok(0.0)
+        }) {
+            continue;
+        }
+        match media.as_str() {
+            "*/*" => {
+                acc = Accepts {
+                    json: true,
+                    stream: true,
+                }
+            }
+            "application/*" | "application/json" => acc.json = true,
+            "text/*" | "text/event-stream" => acc.stream = true,
+            _ => {}
+        }
+    }
+    if acc.json || acc.stream {
+        Ok(acc)
+    } else {
+        Err(Refusal::NotAcceptable)
+    }
+}
+
+/// The single value of a header: absent is `None`; repeated or undecodable is a mismatch.
+fn single<'h>(
+    headers: &'h HeaderMap,
+    name: &str,
+) -> Result<Option<&'h http::HeaderValue>, Refusal> {
+    let mut all = headers.get_all(name).iter();
+    let first = all.next();
+    if all.next().is_some() {
+        return Err(Refusal::HeaderMismatch(format!(
+            "Header mismatch: {name} appears more than once"
+        )));
+    }
+    Ok(first)
+}
+
+/// The `MCP-Protocol-Version` value, trimmed; `Err` when repeated or not visible ASCII.
+pub fn protocol_version(headers: &HeaderMap) -> Result<Option<String>, Refusal> {
+    match single(headers, header::PROTOCOL_VERSION)? {
+        None => Ok(None),
+        Some(v) => header_codec::decode(v.as_bytes()).map(Some).map_err(|e| {
+            Refusal::HeaderMismatch(format!("Header mismatch: MCP-Protocol-Version {e}"))
+        }),
+    }
+}
+
+/// 2026-07-28 routing headers: `MCP-Protocol-Version` must equal `_meta`'s version,
+/// `Mcp-Method` the method, and `Mcp-Name` the tool or prompt name or resource URI.
+/// Values compare case-sensitively after trimming and Base64-sentinel decoding.
+pub fn check_modern_headers(
+    headers: &HeaderMap,
+    env: &Envelope<'_>,
+    version: Option<&str>,
+) -> Result<(), Refusal> {
+    let mismatch = |m: String| Refusal::HeaderMismatch(format!("Header mismatch: {m}"));
+    let body_version = env.meta_version_str();
+    match (version, body_version.as_deref()) {
+        (None, _) => return Err(mismatch("missing MCP-Protocol-Version header".into())),
+        (Some(h), Some(b)) if h != b => {
+            return Err(mismatch(format!(
+                "MCP-Protocol-Version header value '{h}' does not match body value '{b}'"
+            )));
+        }
+        _ => {}
+    }
+    let method = single(headers, header::METHOD)?
+        .map(|v| {
+            header_codec::decode(v.as_bytes()).map_err(|e| mismatch(format!("Mcp-Method {e}")))
+        })
+        .transpose()?;
+    match method {
+        None if env.kind == mcp_proto::envelope::Kind::Request => {
+            return Err(mismatch("missing Mcp-Method header".into()));
+        }
+        Some(m) if m != env.method => {
+            return Err(mismatch(format!(
+                "Mcp-Method header value '{m}' does not match body value '{}'",
+                env.method
+            )));
+        }
+        _ => {}
+    }
+    if let Some(target) = env.name_target() {
+        let name = single(headers, header::NAME)?
+            .map(|v| {
+                header_codec::decode(v.as_bytes()).map_err(|e| mismatch(format!("Mcp-Name {e}")))
+            })
+            .transpose()?;
+        match (name, target.value) {
+            // Nothing in the body to compare with: the request itself is malformed, which the
+            // protocol engine reports.
+            (_, None) => {}
+            (None, Some(_)) => return Err(mismatch("missing Mcp-Name header".into())),
+            (Some(h), Some(b)) if h != b => {
+                return Err(mismatch(format!(
+                    "Mcp-Name header value '{h}' does not match body value '{b}' ({})",
+                    target.field
+                )));
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http::HeaderValue;
+    use mcp_proto::envelope::{Body, parse_body};
+
+    fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for (k, v) in pairs {
+            h.append(
+                http::HeaderName::from_bytes(k.as_bytes()).expect("name"),
+                HeaderValue::from_str(v).expect("value"),
+            );
+        }
+        h
+    }
+
+    fn env(body: &str) -> Envelope<'_> {
+        match parse_body(body.as_bytes()).expect("parses") {
+            Body::Single(e) => e,
+            Body::Batch(_) => panic!("single expected"),
+        }
+    }
+
+    const CALL: &str = r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo",
+        "_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}}"#;
+
+    #[test]
+    fn loopback_policy() {
+        let p = OriginPolicy {
+            loopback_only: true,
+            ..Default::default()
+        };
+        for host in ["localhost:8080", "127.0.0.1:1", "[::1]:9", "localhost"] {
+            assert_eq!(p.check(&headers(&[("host", host)])), Ok(()), "{host}");
+        }
+        assert!(p.check(&headers(&[("host", "evil.example.com")])).is_err());
+        assert!(
+            p.check(&headers(&[
+                ("host", "localhost:1"),
+                ("origin", "http://evil.example.com")
+            ]))
+            .is_err()
+        );
+        assert!(
+            p.check(&headers(&[("host", "localhost:1"), ("origin", "null")]))
+                .is_err()
+        );
+        assert_eq!(
+            p.check(&headers(&[
+                ("host", "localhost:1"),
+                ("origin", "http://localhost:6274")
+            ])),
+            Ok(())
+        );
+    }
+
+    #[test]
+    fn public_policy() {
+        let p = OriginPolicy {
+            allowed_hosts: vec!["mcp.example.com".into()],
+            allowed_origins: vec!["https://app.example.com".into()],
+            loopback_only: false,
+        };
+        assert_eq!(p.check(&headers(&[("host", "mcp.example.com")])), Ok(()));
+        assert!(p.check(&headers(&[("host", "other.example.com")])).is_err());
+        assert_eq!(
+            p.check(&headers(&[
+                ("host", "mcp.example.com"),
+                ("origin", "https://app.example.com")
+            ])),
+            Ok(())
+        );
+        assert!(
+            p.check(&headers(&[
+                ("host", "mcp.example.com"),
+                ("origin", "http://localhost:3000")
+            ]))
+            .is_err()
+        );
+    }
+
+    #[test]
+    fn accept_variants() {
+        assert_eq!(
+            accepts(&headers(&[])),
+            Ok(Accepts {
+                json: true,
+                stream: true
+            })
+        );
+        assert_eq!(
+            accepts(&headers(&[(
+                "accept",
+                "application/json, text/event-stream"
+            )])),
+            Ok(Accepts {
+                json: true,
+                stream: true
+            })
+        );
+        assert_eq!(
+            accepts(&headers(&[("accept", "application/json")])),
+            Ok(Accepts {
+                json: true,
+                stream: false
+            })
+        );
+        assert_eq!(
+            accepts(&headers(&[("accept", "*/*")])),
+            Ok(Accepts {
+                json: true,
+                stream: true
+            })
+        );
+        assert_eq!(
+            accepts(&headers(&[("accept", "text/html")])),
+            Err(Refusal::NotAcceptable)
+        );
+        assert_eq!(
+            accepts(&headers(&[("accept", "application/json;q=0, text/html")])),
+            Err(Refusal::NotAcceptable)
+        );
+    }
+
+    #[test]
+    fn content_type() {
+        assert!(
+            check_content_type(&headers(&[(
+                "content-type",
+                "application/json; charset=utf-8"
+            )]))
+            .is_ok()
+        );
+        assert!(check_content_type(&headers(&[("content-type", "text/plain")])).is_err());
+        assert!(check_content_type(&headers(&[])).is_err());
+    }
+
+    #[test]
+    fn modern_headers_match() {
+        let e = env(CALL);
+        let ok = headers(&[
+            ("mcp-protocol-version", "2026-07-28"),
+            ("mcp-method", "tools/call"),
+            ("mcp-name", "  echo "),
+        ]);
+        assert_eq!(check_modern_headers(&ok, &e, Some("2026-07-28")), Ok(()));
+        let b64 = headers(&[
+            ("mcp-method", "tools/call"),
+            ("mcp-name", "=?base64?ZWNobw==?="),
+        ]);
+        assert_eq!(check_modern_headers(&b64, &e, Some("2026-07-28")), Ok(()));
+    }
+
+    #[test]
+    fn modern_headers_mismatch() {
+        let e = env(CALL);
+        let cases: &[(&[(&str, &str)], Option<&str>)] = &[
+            (&[("mcp-method", "tools/call"), ("mcp-name", "echo")], None),
+            (
+                &[("mcp-method", "tools/call"), ("mcp-name", "echo")],
+                Some("2025-11-25"),
+            ),
+            (&[("mcp-name", "echo")], Some("2026-07-28")),
+            (
+                &[("mcp-method", "TOOLS/CALL"), ("mcp-name", "echo")],
+                Some("2026-07-28"),
+            ),
+            (&[("mcp-method", "tools/call")], Some("2026-07-28")),
+            (
+                &[("mcp-method", "tools/call"), ("mcp-name", "other")],
+                Some("2026-07-28"),
+            ),
+            (
+                &[("mcp-method", "tools/call"), ("mcp-name", "=?base64?!!?=")],
+                Some("2026-07-28"),
+            ),
+            (
+                &[
+                    ("mcp-method", "tools/call"),
+                    ("mcp-method", "tools/call"),
+                    ("mcp-name", "echo"),
+                ],
+                Some("2026-07-28"),
+            ),
+        ];
+        for (pairs, version) in cases {
+            let r = check_modern_headers(&headers(pairs), &e, *version);
+            assert!(
+                matches!(r, Err(Refusal::HeaderMismatch(_))),
+                "{pairs:?} {version:?}: {r:?}"
+            );
+        }
+    }
+}

@@ -1,0 +1,116 @@
+//! # gateway: the HTTP edge
+//!
+//! Terminates Streamable HTTP for MCP clients of every era: DNS-rebinding checks, body limits,
+//! content negotiation, era classification and the 2026-07-28 routing headers, then forwards
+//! the JSON-RPC body to mcp-service over gRPC and maps its frames to HTTP (JSON or SSE).
+//! Relays the OAuth paths to oauth-service. `--standalone` runs every component in this process.
+//!
+//! ## Layout
+//! - [`config`]: the typed configuration.
+//! - [`app`]: routes, tower-http layers and the `/mcp` handler.
+//! - [`headers`]: pure checks over headers (`Host`, `Origin`, `Accept`, MCP routing headers).
+//! - [`era`]: the HTTP era rule.
+//! - [`forward`]: the gRPC call and the mapping of frames to HTTP.
+//! - [`oauth_proxy`]: relaying `/oauth/*` and the authorisation server metadata.
+//! - [`standalone`]: all four components in one process over loopback gRPC.
+
+pub mod app;
+pub mod config;
+pub mod era;
+pub mod forward;
+pub mod headers;
+pub mod oauth_proxy;
+pub mod standalone;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use mcp_proto::mcp::mcp_service_client::McpServiceClient;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+use tonic::transport::Endpoint;
+
+pub use config::Config;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error("{0}")]
+    Config(String),
+    #[error("HTTP server failed: {0}")]
+    Serve(std::io::Error),
+    #[error(transparent)]
+    Registry(#[from] registry_service::Error),
+    #[error(transparent)]
+    Mcp(#[from] mcp_service::StartError),
+    #[error(transparent)]
+    OAuth(#[from] oauth_service::Error),
+}
+
+/// Bind the configured address and serve until `shutdown`.
+pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), Error> {
+    let listener = TcpListener::bind(config.listen)
+        .await
+        .map_err(|source| Error::Bind {
+            addr: config.listen,
+            source,
+        })?;
+    serve(listener, config, shutdown).await
+}
+
+/// Serve HTTP on a bound listener until `shutdown`, then drain for up to the grace period.
+pub async fn serve(
+    listener: TcpListener,
+    config: Config,
+    shutdown: CancellationToken,
+) -> Result<(), Error> {
+    let addr = listener.local_addr().map_err(|source| Error::Bind {
+        addr: config.listen,
+        source,
+    })?;
+    let mcp_url = config
+        .mcp_service
+        .clone()
+        .ok_or_else(|| Error::Config("mcp_service: not set".into()))?;
+    let oauth_url = config
+        .oauth_service
+        .clone()
+        .ok_or_else(|| Error::Config("oauth_service: not set".into()))?;
+    let channel = Endpoint::from_shared(mcp_url.clone())
+        .map_err(|e| Error::Config(format!("mcp_service: invalid URL `{mcp_url}`: {e}")))?
+        .connect_timeout(Duration::from_secs(5))
+        .tcp_nodelay(true)
+        .http2_keep_alive_interval(Duration::from_secs(30))
+        .connect_lazy();
+    let state = Arc::new(app::Gateway {
+        mcp: McpServiceClient::new(channel.clone()),
+        health: tonic_health::pb::health_client::HealthClient::new(channel),
+        oauth: oauth_proxy::OAuthProxy::new(&oauth_url).map_err(Error::Config)?,
+        policy: config.origin_policy(addr),
+        draining: AtomicBool::new(false),
+    });
+    let app = app::router(state.clone(), config.max_body_bytes);
+    tracing::info!(service = "gateway", %addr, endpoint = %format!("http://{addr}/mcp"), "listening");
+
+    let drain = state.clone();
+    let stop = shutdown.clone();
+    let server = axum::serve(listener, app).with_graceful_shutdown(async move {
+        stop.cancelled().await;
+        drain.draining.store(true, Ordering::SeqCst);
+    });
+    let grace = Duration::from_secs(config.shutdown_grace_secs);
+    tokio::select! {
+        outcome = server => outcome.map_err(Error::Serve)?,
+        _ = async { shutdown.cancelled().await; tokio::time::sleep(grace).await } => {
+            tracing::warn!(grace_secs = config.shutdown_grace_secs, "drain deadline passed; closing open requests");
+        }
+    }
+    tracing::info!(service = "gateway", "stopped");
+    Ok(())
+}

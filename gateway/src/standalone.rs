@@ -1,0 +1,101 @@
+//! The embedded default: registry-service, mcp-service, oauth-service and the gateway in one
+//! process, talking real gRPC and HTTP over loopback — the same code paths as the separate
+//! deployment, with only addresses chosen here.
+
+use std::net::SocketAddr;
+
+use tokio::net::TcpListener;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+use crate::{Config, Error};
+
+async fn loopback() -> Result<(TcpListener, SocketAddr), Error> {
+    let any: SocketAddr = ([127, 0, 0, 1], 0).into();
+    let listener = TcpListener::bind(any)
+        .await
+        .map_err(|source| Error::Bind { addr: any, source })?;
+    let addr = listener
+        .local_addr()
+        .map_err(|source| Error::Bind { addr: any, source })?;
+    Ok((listener, addr))
+}
+
+/// Run every component until `shutdown`. The gateway stops taking requests and drains first;
+/// the inner components stop after it, so in-flight requests can finish.
+pub async fn run(mut config: Config, shutdown: CancellationToken) -> Result<(), Error> {
+    let inner = CancellationToken::new();
+    let mut tasks = JoinSet::new();
+
+    let registry_config = registry_service::Config {
+        definitions: config.definitions.clone(),
+        ..Default::default()
+    };
+    let catalog = registry_service::load_catalog(&registry_config)?;
+    let (listener, registry_addr) = loopback().await?;
+    tasks.spawn(registry_service::serve(listener, catalog, inner.clone()).map_err_into());
+
+    let mcp_config = mcp_service::Config {
+        registry: Some(format!("http://{registry_addr}")),
+        ..Default::default()
+    };
+    let engine = mcp_service::engine(&mcp_config, &inner).await?;
+    let (listener, mcp_addr) = loopback().await?;
+    tasks.spawn(mcp_service::serve(listener, engine, inner.clone()).map_err_into());
+
+    let gateway_listener =
+        TcpListener::bind(config.listen)
+            .await
+            .map_err(|source| Error::Bind {
+                addr: config.listen,
+                source,
+            })?;
+    let gateway_addr = gateway_listener
+        .local_addr()
+        .map_err(|source| Error::Bind {
+            addr: config.listen,
+            source,
+        })?;
+    let issuer = match &config.public_url {
+        Some(u) => u.clone(),
+        None => url::Url::parse(&format!("http://{gateway_addr}"))
+            .map_err(|e| Error::Config(e.to_string()))?,
+    };
+    let oauth_config = oauth_service::Config {
+        issuer,
+        database: Some(format!(
+            "sqlite://{}",
+            config.data_dir.join("oauth.db").display()
+        )),
+        ..Default::default()
+    };
+    let (listener, oauth_addr) = loopback().await?;
+    tasks.spawn(oauth_service::serve(listener, oauth_config, inner.clone()).map_err_into());
+
+    config.mcp_service = Some(format!("http://{mcp_addr}"));
+    config.oauth_service = Some(format!("http://{oauth_addr}"));
+    let outcome = crate::serve(gateway_listener, config, shutdown).await;
+
+    inner.cancel();
+    while let Some(done) = tasks.join_next().await {
+        if let Ok(Err(e)) = done {
+            tracing::error!(error = %e, "component failed");
+        }
+    }
+    outcome
+}
+
+/// Component results, unified for the join set.
+trait MapErrInto {
+    fn map_err_into(self) -> impl Future<Output = Result<(), Error>> + Send + 'static;
+}
+
+impl<F, E> MapErrInto for F
+where
+    F: Future<Output = Result<(), E>> + Send + 'static,
+    E: Into<Error>,
+{
+    fn map_err_into(self) -> impl Future<Output = Result<(), Error>> + Send + 'static {
+        async move { self.await.map_err(Into::into) }
+    }
+}

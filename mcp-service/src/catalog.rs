@@ -1,0 +1,166 @@
+//! The latest catalog snapshot, kept in memory and replaced atomically whenever the registry
+//! reports a change, so list calls never cross a second hop.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use mcp_proto::registry::{self as pb, registry_client::RegistryClient};
+use serde_json::Value;
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+use tonic::transport::Channel;
+
+/// One catalog item as mcp-service serves it.
+#[derive(Debug, Clone)]
+pub struct Item {
+    /// Name, URI or URI template.
+    pub key: String,
+    pub def: Value,
+    pub scopes: Vec<String>,
+}
+
+#[derive(Debug, Default)]
+pub struct CatalogView {
+    pub version: u64,
+    pub server_info: Value,
+    pub instructions: String,
+    pub tools: Vec<Item>,
+    pub resources: Vec<Item>,
+    pub templates: Vec<Item>,
+    pub prompts: Vec<Item>,
+    tool_index: HashMap<String, usize>,
+    prompt_index: HashMap<String, usize>,
+}
+
+// === impl CatalogView ===
+
+impl CatalogView {
+    pub fn from_proto(c: pb::Catalog) -> Self {
+        fn item(key: String, json: &[u8], scopes: Vec<String>) -> Item {
+            let def = serde_json::from_slice(json).unwrap_or(Value::Null);
+            Item { key, def, scopes }
+        }
+        let tools: Vec<Item> = c
+            .tools
+            .into_iter()
+            .map(|t| item(t.name, &t.json, t.scopes))
+            .collect();
+        let prompts: Vec<Item> = c
+            .prompts
+            .into_iter()
+            .map(|p| item(p.name, &p.json, p.scopes))
+            .collect();
+        Self {
+            version: c.version,
+            server_info: serde_json::from_slice(&c.server_info_json).unwrap_or(Value::Null),
+            instructions: c.instructions,
+            tool_index: tools
+                .iter()
+                .enumerate()
+                .map(|(i, t)| (t.key.clone(), i))
+                .collect(),
+            prompt_index: prompts
+                .iter()
+                .enumerate()
+                .map(|(i, p)| (p.key.clone(), i))
+                .collect(),
+            tools,
+            prompts,
+            resources: c
+                .resources
+                .into_iter()
+                .map(|r| item(r.uri, &r.json, r.scopes))
+                .collect(),
+            templates: c
+                .resource_templates
+                .into_iter()
+                .map(|t| item(t.uri_template, &t.json, t.scopes))
+                .collect(),
+        }
+    }
+
+    pub fn tool(&self, name: &str) -> Option<&Item> {
+        self.tool_index.get(name).map(|i| &self.tools[*i])
+    }
+
+    pub fn prompt(&self, name: &str) -> Option<&Item> {
+        self.prompt_index.get(name).map(|i| &self.prompts[*i])
+    }
+}
+
+/// Follows the registry and always holds its latest catalog (once the first one arrived).
+#[derive(Clone)]
+pub struct CatalogCache {
+    rx: watch::Receiver<Option<Arc<CatalogView>>>,
+}
+
+// === impl CatalogCache ===
+
+impl CatalogCache {
+    /// Start following `client`'s catalog until `shutdown`.
+    pub fn follow(client: RegistryClient<Channel>, shutdown: CancellationToken) -> Self {
+        let (tx, rx) = watch::channel(None);
+        tokio::spawn(follow(client, tx, shutdown));
+        Self { rx }
+    }
+
+    pub fn current(&self) -> Option<Arc<CatalogView>> {
+        self.rx.borrow().clone()
+    }
+
+    /// The current catalog, waiting up to `timeout` for the first one.
+    pub async fn ready(&self, timeout: Duration) -> Option<Arc<CatalogView>> {
+        if let Some(c) = self.current() {
+            return Some(c);
+        }
+        let mut rx = self.rx.clone();
+        tokio::time::timeout(timeout, rx.wait_for(Option::is_some))
+            .await
+            .ok()?
+            .ok()?
+            .clone()
+    }
+}
+
+async fn follow(
+    mut client: RegistryClient<Channel>,
+    tx: watch::Sender<Option<Arc<CatalogView>>>,
+    shutdown: CancellationToken,
+) {
+    let mut backoff = Duration::from_millis(50);
+    loop {
+        let attempt = async {
+            let mut changes = client.watch(pb::WatchRequest {}).await?.into_inner();
+            while let Some(change) = changes.message().await? {
+                let have = tx.borrow().as_ref().map(|c| c.version);
+                if have == Some(change.version) {
+                    continue;
+                }
+                let snapshot = client.snapshot(pb::SnapshotRequest {}).await?.into_inner();
+                let view = CatalogView::from_proto(snapshot);
+                tracing::info!(
+                    version = view.version,
+                    tools = view.tools.len(),
+                    "catalog loaded"
+                );
+                tx.send_replace(Some(Arc::new(view)));
+                backoff = Duration::from_millis(50);
+            }
+            Ok::<(), tonic::Status>(())
+        };
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            outcome = attempt => {
+                if let Err(status) = outcome {
+                    tracing::warn!(error = %status.message(), code = ?status.code(), "registry watch failed; retrying");
+                }
+            }
+        }
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = tokio::time::sleep(backoff) => {}
+        }
+        backoff = (backoff * 2).min(Duration::from_secs(5));
+    }
+}

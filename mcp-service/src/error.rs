@@ -1,0 +1,102 @@
+//! The one mapping from protocol failures to JSON-RPC codes and delivery dispositions.
+
+use mcp_proto::mcp::Disposition;
+use mcp_proto::vocab::{Era, ErrorCode, MODERN_REVISIONS};
+use serde_json::{Value, json};
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("Parse error: {0}")]
+    Parse(String),
+    #[error("Invalid request: {0}")]
+    InvalidRequest(String),
+    /// A modern request without the `_meta` fields every request must carry.
+    #[error("Invalid params: {0}")]
+    MissingMeta(String),
+    #[error("Unsupported protocol version: {requested}")]
+    UnsupportedVersion { requested: String },
+    #[error("Invalid params: {0}")]
+    InvalidLogLevel(String),
+    #[error("Method not found: {0}")]
+    MethodNotFound(String),
+    #[error("Invalid params: {0}")]
+    InvalidParams(String),
+    #[error("Unknown tool: {0}")]
+    UnknownTool(String),
+    #[error("Unknown prompt: {0}")]
+    UnknownPrompt(String),
+    #[error("Resource not found: {0}")]
+    ResourceNotFound(String),
+    #[error("Invalid cursor")]
+    InvalidCursor,
+    #[error("Internal error")]
+    Internal(String),
+}
+
+impl Error {
+    pub fn code(&self, era: Era) -> ErrorCode {
+        match self {
+            Self::Parse(_) => ErrorCode::PARSE_ERROR,
+            Self::InvalidRequest(_) => ErrorCode::INVALID_REQUEST,
+            Self::MissingMeta(_)
+            | Self::InvalidLogLevel(_)
+            | Self::InvalidParams(_)
+            | Self::UnknownTool(_)
+            | Self::UnknownPrompt(_)
+            | Self::InvalidCursor => ErrorCode::INVALID_PARAMS,
+            Self::UnsupportedVersion { .. } => ErrorCode::UNSUPPORTED_PROTOCOL_VERSION,
+            Self::MethodNotFound(_) => ErrorCode::METHOD_NOT_FOUND,
+            Self::ResourceNotFound(_) => ErrorCode::resource_not_found(era),
+            Self::Internal(_) => ErrorCode::INTERNAL_ERROR,
+        }
+    }
+
+    /// How the edge delivers the error: validation failures before the handler are
+    /// rejections (HTTP 400); a modern unknown method is a 404; the rest are replies.
+    pub fn disposition(&self, era: Era) -> Disposition {
+        match self {
+            Self::Parse(_)
+            | Self::InvalidRequest(_)
+            | Self::MissingMeta(_)
+            | Self::UnsupportedVersion { .. }
+            | Self::InvalidLogLevel(_) => Disposition::Rejected,
+            Self::MethodNotFound(_) if era == Era::Modern => Disposition::UnknownMethod,
+            _ => Disposition::Reply,
+        }
+    }
+
+    pub fn data(&self) -> Option<Value> {
+        match self {
+            Self::UnsupportedVersion { requested } => {
+                Some(json!({ "supported": MODERN_REVISIONS, "requested": requested }))
+            }
+            Self::ResourceNotFound(uri) => Some(json!({ "uri": uri })),
+            _ => None,
+        }
+    }
+
+    /// The message sent to the client: short, never the internal detail.
+    pub fn message(&self) -> String {
+        match self {
+            Self::Internal(_) => "Internal error".to_owned(),
+            other => other.to_string(),
+        }
+    }
+
+    /// The JSON-RPC error reply for a request with raw id `id`.
+    pub fn to_json(&self, id: Option<&str>, era: Era) -> Vec<u8> {
+        if let Self::Internal(detail) = self {
+            tracing::error!(error = %detail, "internal error");
+        }
+        mcp_proto::jsonrpc::error(id, self.code(era), &self.message(), self.data().as_ref())
+    }
+}
+
+/// Map a registry failure for an item lookup.
+pub fn from_registry(status: tonic::Status, not_found: impl FnOnce() -> Error) -> Error {
+    match status.code() {
+        tonic::Code::NotFound => not_found(),
+        tonic::Code::InvalidArgument => Error::InvalidParams(status.message().to_owned()),
+        _ => Error::Internal(format!("registry: {status}")),
+    }
+}

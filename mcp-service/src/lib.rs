@@ -1,0 +1,158 @@
+//! # mcp-service: the JSON-RPC protocol engine
+//!
+//! Speaks MCP in both eras — the legacy handshake revisions (2024-11-05 … 2025-11-25) and the
+//! stateless revision 2026-07-28 — over gRPC (behind the gateway) and over stdio. Knows nothing
+//! of HTTP or authentication; takes its catalog from registry-service.
+//!
+//! ## Layout
+//! - [`config`]: the typed configuration.
+//! - [`dispatch`]: envelope, era and `_meta` validation, method routing, result wrapping.
+//! - [`methods`]: one module per feature area (lifecycle, tools, resources, prompts).
+//! - [`shape`]: per-revision result shapes for legacy clients.
+//! - [`catalog`]: the in-memory catalog snapshot that follows the registry.
+//! - [`paging`]: opaque cursors.
+//! - [`error`]: protocol errors and their one mapping to JSON-RPC codes.
+//! - [`server`]: the gRPC service; [`stdio`]: the stdio transport.
+
+pub mod catalog;
+pub mod config;
+pub mod dispatch;
+pub mod error;
+pub mod methods;
+pub mod paging;
+pub mod server;
+pub mod shape;
+pub mod stdio;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use mcp_proto::registry::registry_client::RegistryClient;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+use tonic::transport::{Channel, Endpoint};
+
+pub use config::Config;
+pub use dispatch::{Engine, Settings};
+
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error("invalid registry URL `{url}`: {source}")]
+    RegistryUrl {
+        url: String,
+        source: tonic::transport::Error,
+    },
+    #[error(transparent)]
+    Registry(#[from] registry_service::Error),
+    #[error("gRPC server failed: {0}")]
+    Serve(#[from] tonic::transport::Error),
+    #[error("stdio failed: {0}")]
+    Stdio(#[from] std::io::Error),
+}
+
+/// A lazily connecting client for registry-service at `url`.
+pub fn registry_client(url: &str) -> Result<RegistryClient<Channel>, StartError> {
+    let endpoint = Endpoint::from_shared(url.to_owned())
+        .map_err(|source| StartError::RegistryUrl {
+            url: url.to_owned(),
+            source,
+        })?
+        .connect_timeout(std::time::Duration::from_secs(5))
+        .tcp_nodelay(true);
+    Ok(RegistryClient::new(endpoint.connect_lazy()))
+}
+
+/// The engine for `config`: against the configured registry, or against one started
+/// in this process on a loopback port when none is configured.
+pub async fn engine(
+    config: &Config,
+    shutdown: &CancellationToken,
+) -> Result<Arc<Engine>, StartError> {
+    let url = match &config.registry {
+        Some(url) => url.clone(),
+        None => {
+            let registry_config = registry_service::Config {
+                definitions: config.definitions.clone(),
+                ..Default::default()
+            };
+            let catalog = registry_service::load_catalog(&registry_config)?;
+            let listener = TcpListener::bind(("127.0.0.1", 0))
+                .await
+                .map_err(|source| StartError::Bind {
+                    addr: ([127, 0, 0, 1], 0).into(),
+                    source,
+                })?;
+            let addr = listener.local_addr().map_err(|source| StartError::Bind {
+                addr: ([127, 0, 0, 1], 0).into(),
+                source,
+            })?;
+            let token = shutdown.clone();
+            tokio::spawn(async move {
+                if let Err(e) = registry_service::serve(listener, catalog, token).await {
+                    tracing::error!(error = %e, "in-process registry failed");
+                }
+            });
+            format!("http://{addr}")
+        }
+    };
+    let client = registry_client(&url)?;
+    let cache = catalog::CatalogCache::follow(client.clone(), shutdown.clone());
+    Ok(Arc::new(Engine::new(client, cache, config.settings())))
+}
+
+/// Bind the configured address and serve gRPC until `shutdown`.
+pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), StartError> {
+    let engine = engine(&config, &shutdown).await?;
+    let listener = TcpListener::bind(config.listen)
+        .await
+        .map_err(|source| StartError::Bind {
+            addr: config.listen,
+            source,
+        })?;
+    serve(listener, engine, shutdown).await
+}
+
+/// Serve gRPC on a bound listener until `shutdown`.
+pub async fn serve(
+    listener: TcpListener,
+    engine: Arc<Engine>,
+    shutdown: CancellationToken,
+) -> Result<(), StartError> {
+    use mcp_proto::mcp::mcp_service_server::McpServiceServer;
+    let addr = listener.local_addr().map_err(|source| StartError::Bind {
+        addr: ([0, 0, 0, 0], 0).into(),
+        source,
+    })?;
+    let (health, health_service) = tonic_health::server::health_reporter();
+    health
+        .set_serving::<McpServiceServer<server::McpGrpc>>()
+        .await;
+    tracing::info!(service = "mcp-service", %addr, "listening");
+    let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
+    tonic::transport::Server::builder()
+        .add_service(health_service)
+        .add_service(McpServiceServer::new(server::McpGrpc::new(engine)))
+        .serve_with_incoming_shutdown(incoming, async move {
+            shutdown.cancelled().await;
+            health
+                .set_not_serving::<McpServiceServer<server::McpGrpc>>()
+                .await;
+        })
+        .await?;
+    tracing::info!(service = "mcp-service", "stopped");
+    Ok(())
+}
+
+/// Serve one client over stdin/stdout until EOF or `shutdown`.
+pub async fn run_stdio(config: Config, shutdown: CancellationToken) -> Result<(), StartError> {
+    let inner = shutdown.child_token();
+    let engine = engine(&config, &inner).await?;
+    stdio::serve(engine, tokio::io::stdin(), tokio::io::stdout(), shutdown).await?;
+    inner.cancel();
+    Ok(())
+}

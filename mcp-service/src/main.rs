@@ -1,0 +1,25 @@
+use clap::Parser as _;
+use mcp_service::config::Cli;
+
+#[tokio::main]
+async fn main() {
+    mcp_proto::runtime::init_logging();
+    let cli = Cli::parse();
+    let config = match cli.load() {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("mcp-service: invalid configuration: {e}");
+            std::process::exit(mcp_proto::runtime::EXIT_CONFIG);
+        }
+    };
+    let shutdown = mcp_proto::runtime::shutdown_on_signal();
+    let outcome = if cli.stdio {
+        mcp_service::run_stdio(config, shutdown).await
+    } else {
+        mcp_service::run(config, shutdown).await
+    };
+    if let Err(e) = outcome {
+        tracing::error!(error = %e, "mcp-service failed");
+        std::process::exit(1);
+    }
+}

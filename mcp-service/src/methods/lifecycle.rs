@@ -1,0 +1,92 @@
+//! `initialize`, `logging/setLevel` (legacy) and `server/discover` (both eras).
+
+use mcp_proto::vocab::{self, MODERN_REVISIONS};
+use serde_json::{Value, json};
+
+use crate::catalog::CatalogView;
+use crate::dispatch::Request;
+use crate::error::Error;
+use crate::shape;
+
+/// Server capabilities for a legacy revision.
+fn legacy_capabilities(rev: &str) -> Value {
+    let mut caps = json!({ "tools": {}, "resources": {}, "prompts": {}, "logging": {} });
+    if shape::at_least(rev, "2025-03-26") {
+        caps["completions"] = json!({});
+    }
+    caps
+}
+
+/// The legacy handshake: answer with the newest supported revision at or below the requested
+/// one (never the handshake-less 2026-07-28).
+pub fn initialize(req: &Request<'_>, catalog: &CatalogView) -> Result<Value, Error> {
+    let requested = match req.params.get("protocolVersion") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(s)) => Some(s.as_str()),
+        Some(_) => {
+            return Err(Error::InvalidParams(
+                "`protocolVersion` must be a string".into(),
+            ));
+        }
+    };
+    let negotiated = vocab::negotiate_legacy(requested);
+    if let Some(session) = &req.ctx.session {
+        if let Ok(mut n) = session.negotiated.lock() {
+            *n = Some(negotiated);
+        }
+        if let Ok(mut c) = session.client_capabilities.lock() {
+            *c = req
+                .params
+                .get("capabilities")
+                .cloned()
+                .unwrap_or(Value::Null);
+        }
+    }
+    tracing::info!(
+        requested = requested.unwrap_or("(none)"),
+        negotiated,
+        "initialize"
+    );
+    let mut result = json!({
+        "protocolVersion": negotiated,
+        "capabilities": legacy_capabilities(negotiated),
+        "serverInfo": shape::server_info(&catalog.server_info, negotiated, false),
+    });
+    if !catalog.instructions.is_empty() {
+        result["instructions"] = json!(catalog.instructions);
+    }
+    Ok(result)
+}
+
+pub fn set_log_level(req: &Request<'_>) -> Result<Value, Error> {
+    let level = req.required_str("level")?;
+    if vocab::log_level_rank(level).is_none() {
+        return Err(Error::InvalidParams(format!("unknown log level `{level}`")));
+    }
+    if let Some(session) = &req.ctx.session {
+        if let Ok(mut l) = session.log_level.lock() {
+            *l = Some(level.to_owned());
+        }
+    }
+    Ok(json!({}))
+}
+
+/// `server/discover`: what this server speaks and offers. Identity goes in `_meta` (added
+/// by the modern wrapper), not in the body.
+pub fn discover(catalog: &CatalogView) -> Value {
+    let mut result = json!({
+        "supportedVersions": MODERN_REVISIONS,
+        "capabilities": {
+            "tools": {},
+            "resources": {},
+            "prompts": {},
+            "completions": {},
+            "logging": {},
+            "extensions": {}
+        },
+    });
+    if !catalog.instructions.is_empty() {
+        result["instructions"] = json!(catalog.instructions);
+    }
+    result
+}

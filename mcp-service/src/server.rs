@@ -1,0 +1,60 @@
+//! The `mcp.v1.McpService` gRPC service: one JSON-RPC body in, a stream of frames out.
+
+use std::pin::Pin;
+use std::sync::Arc;
+
+use futures_util::{Stream, StreamExt as _};
+use mcp_proto::mcp::{self as pb, mcp_service_server::McpService};
+use mcp_proto::vocab::Era;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::{Request, Response, Status};
+
+use crate::dispatch::{Context, Engine};
+
+pub struct McpGrpc {
+    engine: Arc<Engine>,
+}
+
+impl McpGrpc {
+    pub fn new(engine: Arc<Engine>) -> Self {
+        Self { engine }
+    }
+}
+
+type FrameStream = Pin<Box<dyn Stream<Item = Result<pb::McpFrame, Status>> + Send + 'static>>;
+
+#[tonic::async_trait]
+impl McpService for McpGrpc {
+    type HandleStream = FrameStream;
+
+    async fn handle(
+        &self,
+        request: Request<pb::McpRequest>,
+    ) -> Result<Response<Self::HandleStream>, Status> {
+        let req = request.into_inner();
+        let ctx = Context {
+            era: match req.era() {
+                pb::Era::Legacy => Some(Era::Legacy),
+                pb::Era::Modern => Some(Era::Modern),
+                pb::Era::Unspecified => None,
+            },
+            header_version: (!req.header_version.is_empty()).then(|| req.header_version.clone()),
+            transport: req.transport(),
+            principal: req.principal.clone(),
+            session: None,
+        };
+        let (tx, rx) = mpsc::channel(16);
+        let engine = self.engine.clone();
+        // When the caller goes away the channel closes and the work stops at its next send.
+        tokio::spawn(async move { engine.handle(&req.body, &ctx, &tx).await });
+        let frames = ReceiverStream::new(rx).map(|f| {
+            Ok(pb::McpFrame {
+                json: f.json,
+                disposition: f.disposition as i32,
+                session_id: String::new(),
+            })
+        });
+        Ok(Response::new(Box::pin(frames)))
+    }
+}

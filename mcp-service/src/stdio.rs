@@ -1,0 +1,155 @@
+//! The stdio transport: newline-delimited JSON-RPC on stdin/stdout, logs on stderr.
+//!
+//! Messages are handled concurrently, except `initialize`, which is handled before the next
+//! line is read so that the negotiated revision applies to everything after it. A
+//! `notifications/cancelled` stops the named request, which then sends nothing more.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures_util::StreamExt as _;
+use mcp_proto::envelope::{self, Body};
+use mcp_proto::mcp::{Disposition, Transport};
+use serde_json::Value;
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt as _};
+use tokio::sync::mpsc;
+use tokio::task::{AbortHandle, JoinSet};
+use tokio_util::codec::{FramedRead, LinesCodec, LinesCodecError};
+use tokio_util::sync::CancellationToken;
+
+use crate::dispatch::{Context, Engine, Frame, Session};
+
+/// Longest accepted line (one message).
+pub const MAX_LINE: usize = 16 * 1024 * 1024;
+
+/// How long in-flight requests may finish after stdin closes.
+const DRAIN: Duration = Duration::from_secs(5);
+
+/// Serve one client on `input`/`output` until EOF or `shutdown`.
+pub async fn serve<R, W>(
+    engine: Arc<Engine>,
+    input: R,
+    output: W,
+    shutdown: CancellationToken,
+) -> std::io::Result<()>
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin + Send + 'static,
+{
+    let (tx, rx) = mpsc::channel::<Frame>(64);
+    let writer = tokio::spawn(write_frames(rx, output));
+    let ctx = Context {
+        transport: Transport::Stdio,
+        session: Some(Arc::new(Session::default())),
+        ..Context::default()
+    };
+    let in_flight: Arc<Mutex<HashMap<String, AbortHandle>>> = Arc::default();
+    let mut tasks = JoinSet::new();
+    let mut lines = FramedRead::new(input, LinesCodec::new_with_max_length(MAX_LINE));
+
+    loop {
+        let line = tokio::select! {
+            _ = shutdown.cancelled() => break,
+            line = lines.next() => line,
+        };
+        let line = match line {
+            None => break,
+            Some(Ok(line)) => line,
+            Some(Err(LinesCodecError::MaxLineLengthExceeded)) => {
+                let json = mcp_proto::jsonrpc::error(
+                    None,
+                    mcp_proto::vocab::ErrorCode::INVALID_REQUEST,
+                    &format!("Invalid request: message longer than {MAX_LINE} bytes"),
+                    None,
+                );
+                let _ = tx
+                    .send(Frame {
+                        json,
+                        disposition: Disposition::Rejected,
+                    })
+                    .await;
+                continue;
+            }
+            Some(Err(LinesCodecError::Io(e))) => {
+                tracing::warn!(error = %e, "stdin read failed");
+                break;
+            }
+        };
+        if line.trim().is_empty() {
+            continue;
+        }
+        // A first look, to route cancellation and keep `initialize` in order.
+        let (method, id) = match envelope::parse_body(line.as_bytes()) {
+            Ok(Body::Single(env)) => (env.method.to_string(), env.id_json().map(id_key)),
+            _ => (String::new(), None),
+        };
+        if method == "notifications/cancelled" {
+            cancel(&line, &in_flight);
+            continue;
+        }
+        if method == "initialize" {
+            engine.handle(line.as_bytes(), &ctx, &tx).await;
+            continue;
+        }
+        let (engine, ctx, tx, registry) =
+            (engine.clone(), ctx.clone(), tx.clone(), in_flight.clone());
+        let key = id.clone();
+        let handle = tasks.spawn(async move {
+            engine.handle(line.as_bytes(), &ctx, &tx).await;
+            if let Some(key) = key {
+                registry.lock().map(|mut m| m.remove(&key)).ok();
+            }
+        });
+        if let Some(id) = id {
+            if let Ok(mut m) = in_flight.lock() {
+                m.insert(id, handle);
+            }
+        }
+    }
+
+    // Let in-flight requests finish (bounded), then close the writer.
+    let _ = tokio::time::timeout(DRAIN, async { while tasks.join_next().await.is_some() {} }).await;
+    tasks.abort_all();
+    drop(tx);
+    writer.await.map_err(std::io::Error::other)?
+}
+
+/// A canonical form of an id, so `"\u0041"` and `"A"` name the same request.
+fn id_key(raw: &str) -> String {
+    serde_json::from_str::<Value>(raw)
+        .map(|v| v.to_string())
+        .unwrap_or_else(|_| raw.to_owned())
+}
+
+fn cancel(line: &str, in_flight: &Mutex<HashMap<String, AbortHandle>>) {
+    let Ok(msg) = serde_json::from_str::<Value>(line) else {
+        return;
+    };
+    let Some(id) = msg.pointer("/params/requestId") else {
+        return;
+    };
+    let key = id.to_string();
+    if let Some(handle) = in_flight.lock().ok().and_then(|mut m| m.remove(&key)) {
+        tracing::info!(request_id = %key, "request cancelled by the client");
+        handle.abort();
+    }
+}
+
+async fn write_frames<W: AsyncWrite + Unpin>(
+    mut rx: mpsc::Receiver<Frame>,
+    mut out: W,
+) -> std::io::Result<()> {
+    while let Some(frame) = rx.recv().await {
+        if frame.json.is_empty() {
+            continue;
+        }
+        out.write_all(&frame.json).await?;
+        out.write_all(b"\n").await?;
+        // Flush when nothing else is queued, so bursts are written together.
+        if rx.is_empty() {
+            out.flush().await?;
+        }
+    }
+    out.flush().await
+}

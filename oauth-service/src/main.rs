@@ -1,0 +1,20 @@
+use clap::Parser as _;
+use oauth_service::config::Cli;
+
+#[tokio::main]
+async fn main() {
+    mcp_proto::runtime::init_logging();
+    let cli = Cli::parse();
+    let config = match cli.load() {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("oauth-service: invalid configuration: {e}");
+            std::process::exit(mcp_proto::runtime::EXIT_CONFIG);
+        }
+    };
+    let shutdown = mcp_proto::runtime::shutdown_on_signal();
+    if let Err(e) = oauth_service::run(config, shutdown).await {
+        tracing::error!(error = %e, "oauth-service failed");
+        std::process::exit(1);
+    }
+}

@@ -1,0 +1,43 @@
+//! RFC 8414 authorisation server metadata. `issuer` is byte-for-byte the configured issuer.
+
+use serde_json::{Value, json};
+
+use crate::config::Config;
+
+pub fn document(config: &Config) -> Value {
+    let base = config.issuer_base();
+    json!({
+        "issuer": config.issuer.as_str().trim_end_matches('/'),
+        "authorization_endpoint": format!("{base}/oauth/authorize"),
+        "token_endpoint": format!("{base}/oauth/token"),
+        "registration_endpoint": format!("{base}/oauth/register"),
+        "jwks_uri": format!("{base}/oauth/jwks"),
+        "response_types_supported": ["code"],
+        "response_modes_supported": ["query"],
+        "grant_types_supported": ["authorization_code", "refresh_token"],
+        "code_challenge_methods_supported": ["S256"],
+        "token_endpoint_auth_methods_supported": ["none", "client_secret_basic", "client_secret_post"],
+        "authorization_response_iss_parameter_supported": true,
+        "client_id_metadata_document_supported": true,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn issuer_and_endpoints_agree() {
+        let config = Config {
+            issuer: url::Url::parse("https://auth.example.com/tenant/").expect("url"),
+            ..Config::default()
+        };
+        let doc = document(&config);
+        assert_eq!(doc["issuer"], "https://auth.example.com/tenant");
+        assert_eq!(
+            doc["token_endpoint"],
+            "https://auth.example.com/tenant/oauth/token"
+        );
+        assert_eq!(doc["code_challenge_methods_supported"], json!(["S256"]));
+    }
+}

@@ -1,0 +1,419 @@
+//! A borrowing first look at a JSON-RPC body: enough to route, classify the era and check
+//! headers against, without building a tree of the whole message.
+//!
+//! The edge (HTTP) and the stdio transport both start here, so a message is classified the
+//! same way whichever way it arrived.
+
+use std::borrow::Cow;
+
+use serde::Deserialize;
+use serde_json::value::RawValue;
+
+use crate::vocab::{Era, meta};
+
+/// What kind of JSON-RPC message a body is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Request,
+    Notification,
+    /// A client's answer to a server-to-client request.
+    Response,
+}
+
+/// Why a body is not a JSON-RPC message we can serve.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EnvelopeError {
+    /// Not JSON at all (-32700).
+    Parse(String),
+    /// JSON, but not a JSON-RPC message (-32600). `id` is echoed when it could be read.
+    Invalid { id: Option<String>, reason: String },
+}
+
+/// The parsed outline of one JSON-RPC message. Borrowed from the body; raw JSON where the
+/// value is passed on rather than interpreted.
+#[derive(Debug)]
+pub struct Envelope<'a> {
+    pub kind: Kind,
+    /// The raw `id` (a string or an integer), absent for notifications.
+    pub id: Option<&'a RawValue>,
+    /// Empty for responses.
+    pub method: Cow<'a, str>,
+    /// The raw `params`, if any.
+    pub params: Option<&'a RawValue>,
+    /// `params.name` or `params.uri` when it is a string.
+    pub name: Option<Cow<'a, str>>,
+    pub uri: Option<Cow<'a, str>>,
+    /// The raw `params._meta`, if it is an object.
+    pub meta: Option<&'a RawValue>,
+    /// The raw value of `_meta["io.modelcontextprotocol/protocolVersion"]`, if the key is present.
+    pub meta_version: Option<&'a RawValue>,
+    /// Whether `_meta["io.modelcontextprotocol/clientCapabilities"]` is present.
+    pub meta_has_capabilities: bool,
+}
+
+/// A body is one message or, in 2025-03-26 only, a batch.
+#[derive(Debug)]
+pub enum Body<'a> {
+    Single(Envelope<'a>),
+    Batch(Vec<&'a RawValue>),
+}
+
+/// Deserialize a field into `Some(raw)` even when it is JSON `null`, so that `"id": null`
+/// can be told apart from a missing `id`.
+fn keep_null<'de, D>(d: D) -> Result<Option<&'de RawValue>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+{
+    <&RawValue>::deserialize(d).map(Some)
+}
+
+#[derive(Deserialize)]
+struct RawMessage<'a> {
+    #[serde(default, borrow)]
+    jsonrpc: Option<Cow<'a, str>>,
+    #[serde(default, borrow, deserialize_with = "keep_null")]
+    id: Option<&'a RawValue>,
+    #[serde(default, borrow, deserialize_with = "keep_null")]
+    method: Option<&'a RawValue>,
+    #[serde(default, borrow, deserialize_with = "keep_null")]
+    params: Option<&'a RawValue>,
+    #[serde(default, borrow, deserialize_with = "keep_null")]
+    result: Option<&'a RawValue>,
+    #[serde(default, borrow, deserialize_with = "keep_null")]
+    error: Option<&'a RawValue>,
+}
+
+#[derive(Deserialize)]
+struct ParamsPeek<'a> {
+    #[serde(default, borrow, deserialize_with = "keep_null")]
+    name: Option<&'a RawValue>,
+    #[serde(default, borrow, deserialize_with = "keep_null")]
+    uri: Option<&'a RawValue>,
+    #[serde(default, borrow, rename = "_meta", deserialize_with = "keep_null")]
+    meta: Option<&'a RawValue>,
+}
+
+#[derive(Deserialize)]
+struct MetaPeek<'a> {
+    #[serde(
+        default,
+        borrow,
+        rename = "io.modelcontextprotocol/protocolVersion",
+        deserialize_with = "keep_null"
+    )]
+    version: Option<&'a RawValue>,
+    #[serde(
+        default,
+        borrow,
+        rename = "io.modelcontextprotocol/clientCapabilities",
+        deserialize_with = "keep_null"
+    )]
+    capabilities: Option<&'a RawValue>,
+}
+
+/// The string inside a raw JSON string value, `None` for any other JSON type.
+pub fn raw_str(raw: &RawValue) -> Option<Cow<'_, str>> {
+    let s = raw.get();
+    if !s.starts_with('"') {
+        return None;
+    }
+    serde_json::from_str::<Cow<'_, str>>(s).ok()
+}
+
+fn is_object(raw: &RawValue) -> bool {
+    raw.get().starts_with('{')
+}
+
+/// Whether a raw `id` is a legal JSON-RPC id for MCP: a string or an integer (never null).
+pub fn is_valid_id(raw: &RawValue) -> bool {
+    let s = raw.get();
+    if s.starts_with('"') {
+        return true;
+    }
+    // An integer: optional minus, digits, no fraction or exponent.
+    let digits = s.strip_prefix('-').unwrap_or(s);
+    !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit())
+}
+
+/// Parse a request body: one message, or a batch (an array) whose elements are parsed later.
+pub fn parse_body(body: &[u8]) -> Result<Body<'_>, EnvelopeError> {
+    let text = std::str::from_utf8(body)
+        .map_err(|e| EnvelopeError::Parse(format!("body is not valid UTF-8: {e}")))?;
+    let text = text.trim_start_matches('\u{feff}');
+    let trimmed = text.trim_start();
+    if trimmed.starts_with('[') {
+        let items: Vec<&RawValue> =
+            serde_json::from_str(text).map_err(|e| EnvelopeError::Parse(e.to_string()))?;
+        return Ok(Body::Batch(items));
+    }
+    let raw: &RawValue =
+        serde_json::from_str(text).map_err(|e| EnvelopeError::Parse(e.to_string()))?;
+    parse_message(raw).map(Body::Single)
+}
+
+/// Parse one JSON-RPC message that is already known to be valid JSON.
+pub fn parse_message(raw: &RawValue) -> Result<Envelope<'_>, EnvelopeError> {
+    if !is_object(raw) {
+        return Err(EnvelopeError::Invalid {
+            id: None,
+            reason: "a JSON-RPC message must be a JSON object".into(),
+        });
+    }
+    let msg: RawMessage<'_> =
+        serde_json::from_str(raw.get()).map_err(|e| EnvelopeError::Invalid {
+            id: None,
+            reason: format!("malformed JSON-RPC message: {e}"),
+        })?;
+    let echo_id = msg
+        .id
+        .filter(|id| is_valid_id(id))
+        .map(|id| id.get().to_owned());
+    let invalid = |reason: &str| EnvelopeError::Invalid {
+        id: echo_id.clone(),
+        reason: reason.to_owned(),
+    };
+
+    if msg.jsonrpc.as_deref() != Some("2.0") {
+        return Err(invalid("`jsonrpc` must be \"2.0\""));
+    }
+    if let Some(id) = msg.id {
+        if !is_valid_id(id) {
+            return Err(invalid("`id` must be a string or an integer"));
+        }
+    }
+    let method = match msg.method {
+        Some(m) => Some(raw_str(m).ok_or_else(|| invalid("`method` must be a string"))?),
+        None => None,
+    };
+    let kind = match (&method, msg.id, msg.result.is_some() || msg.error.is_some()) {
+        (Some(_), Some(_), false) => Kind::Request,
+        (Some(_), None, false) => Kind::Notification,
+        (None, Some(_), true) => Kind::Response,
+        (None, None, true) => return Err(invalid("a response must carry an `id`")),
+        (Some(_), _, true) => {
+            return Err(invalid(
+                "a message cannot carry both `method` and `result`/`error`",
+            ));
+        }
+        (None, _, false) => return Err(invalid("missing `method`")),
+    };
+    if msg.result.is_some() && msg.error.is_some() {
+        return Err(invalid("a response cannot carry both `result` and `error`"));
+    }
+    let mut env = Envelope {
+        kind,
+        id: msg.id,
+        method: method.unwrap_or(Cow::Borrowed("")),
+        params: msg.params,
+        name: None,
+        uri: None,
+        meta: None,
+        meta_version: None,
+        meta_has_capabilities: false,
+    };
+    if let Some(params) = msg.params {
+        if params.get() != "null" && !is_object(params) && !params.get().starts_with('[') {
+            return Err(invalid("`params` must be an object"));
+        }
+        if is_object(params) {
+            if let Ok(peek) = serde_json::from_str::<ParamsPeek<'_>>(params.get()) {
+                env.name = peek.name.and_then(raw_str);
+                env.uri = peek.uri.and_then(raw_str);
+                if let Some(meta_raw) = peek.meta.filter(|m| is_object(m)) {
+                    env.meta = Some(meta_raw);
+                    if let Ok(m) = serde_json::from_str::<MetaPeek<'_>>(meta_raw.get()) {
+                        env.meta_version = m.version;
+                        env.meta_has_capabilities = m.capabilities.is_some();
+                    }
+                }
+            }
+        }
+    }
+    Ok(env)
+}
+
+impl Envelope<'_> {
+    /// The body rule of era classification: a message whose `_meta` carries the protocol
+    /// version key is modern, whatever its method; everything else is legacy. (HTTP adds a
+    /// header rule on top, in the gateway.)
+    pub fn body_era(&self) -> Era {
+        if self.meta_version.is_some() {
+            Era::Modern
+        } else {
+            Era::Legacy
+        }
+    }
+
+    /// The `_meta` protocol version as a string, if it is one.
+    pub fn meta_version_str(&self) -> Option<Cow<'_, str>> {
+        self.meta_version.and_then(raw_str)
+    }
+
+    /// The id as raw JSON text, for echoing in a reply.
+    pub fn id_json(&self) -> Option<&str> {
+        self.id.map(RawValue::get)
+    }
+
+    /// The value that `Mcp-Name` must match for this method, if the method has one.
+    pub fn name_target(&self) -> Option<NameTarget<'_>> {
+        match self.method.as_ref() {
+            "tools/call" | "prompts/get" => Some(NameTarget {
+                field: "params.name",
+                value: self.name.as_deref(),
+            }),
+            "resources/read" => Some(NameTarget {
+                field: "params.uri",
+                value: self.uri.as_deref(),
+            }),
+            _ => None,
+        }
+    }
+
+    /// The first reason a modern request's `_meta` lacks a required field (-32602), if any.
+    pub fn missing_modern_meta(&self) -> Option<&'static str> {
+        if self.meta.is_none() {
+            return Some("missing params._meta (required by protocol revision 2026-07-28)");
+        }
+        match self.meta_version {
+            None => return Some("missing _meta[\"io.modelcontextprotocol/protocolVersion\"]"),
+            Some(v) if raw_str(v).is_none() => {
+                return Some("_meta[\"io.modelcontextprotocol/protocolVersion\"] must be a string");
+            }
+            _ => {}
+        }
+        if !self.meta_has_capabilities {
+            return Some("missing _meta[\"io.modelcontextprotocol/clientCapabilities\"]");
+        }
+        None
+    }
+}
+
+/// Which body field a routing header is compared with.
+#[derive(Debug, Clone, Copy)]
+pub struct NameTarget<'a> {
+    pub field: &'static str,
+    pub value: Option<&'a str>,
+}
+
+/// Keys a meta object must have, for documentation and tests.
+pub const REQUIRED_MODERN_META: [&str; 2] = [meta::PROTOCOL_VERSION, meta::CLIENT_CAPABILITIES];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn single(s: &str) -> Envelope<'_> {
+        match parse_body(s.as_bytes()).expect("parses") {
+            Body::Single(e) => e,
+            Body::Batch(_) => panic!("not a batch"),
+        }
+    }
+
+    #[test]
+    fn request_notification_response() {
+        let e = single(r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#);
+        assert_eq!(e.kind, Kind::Request);
+        assert_eq!(e.method, "ping");
+        assert_eq!(e.id_json(), Some("1"));
+        let e = single(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#);
+        assert_eq!(e.kind, Kind::Notification);
+        let e = single(r#"{"jsonrpc":"2.0","id":"a","result":{}}"#);
+        assert_eq!(e.kind, Kind::Response);
+    }
+
+    #[test]
+    fn modern_meta_and_targets() {
+        let e = single(
+            r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"echo","arguments":{"x":[1,2]},
+               "_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}}"#,
+        );
+        assert_eq!(e.body_era(), Era::Modern);
+        assert_eq!(e.meta_version_str().as_deref(), Some("2026-07-28"));
+        assert_eq!(e.name_target().and_then(|t| t.value), Some("echo"));
+        assert_eq!(e.missing_modern_meta(), None);
+    }
+
+    #[test]
+    fn modern_even_for_initialize() {
+        let e = single(
+            r#"{"jsonrpc":"2.0","id":2,"method":"initialize","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}}"#,
+        );
+        assert_eq!(e.body_era(), Era::Modern);
+        assert!(
+            e.missing_modern_meta()
+                .expect("capabilities missing")
+                .contains("clientCapabilities")
+        );
+    }
+
+    #[test]
+    fn legacy_without_meta_version() {
+        let e = single(
+            r#"{"jsonrpc":"2.0","id":2,"method":"tools/list","params":{"_meta":{"progressToken":1}}}"#,
+        );
+        assert_eq!(e.body_era(), Era::Legacy);
+        let e =
+            single(r#"{"jsonrpc":"2.0","id":2,"method":"tools/list","params":{"_meta":"nope"}}"#);
+        assert_eq!(e.body_era(), Era::Legacy);
+    }
+
+    #[test]
+    fn escaped_strings_are_decoded() {
+        let e = single(
+            r#"{"jsonrpc":"2.0","id":"\u0041","method":"resources/read","params":{"uri":"test://\u4e16"}}"#,
+        );
+        assert_eq!(e.uri.as_deref(), Some("test://世"));
+        assert_eq!(e.id_json(), Some(r#""\u0041""#));
+    }
+
+    #[test]
+    fn rejects() {
+        assert!(matches!(parse_body(b"{"), Err(EnvelopeError::Parse(_))));
+        assert!(matches!(parse_body(b"\xff"), Err(EnvelopeError::Parse(_))));
+        assert!(matches!(
+            parse_body(b"42"),
+            Err(EnvelopeError::Invalid { .. })
+        ));
+        assert!(matches!(
+            parse_body(b"\"x\""),
+            Err(EnvelopeError::Invalid { .. })
+        ));
+        for bad in [
+            r#"{"id":1,"method":"ping"}"#,
+            r#"{"jsonrpc":"1.0","id":1,"method":"ping"}"#,
+            r#"{"jsonrpc":"2.0","id":null,"method":"ping"}"#,
+            r#"{"jsonrpc":"2.0","id":1.5,"method":"ping"}"#,
+            r#"{"jsonrpc":"2.0","id":{},"method":"ping"}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":7}"#,
+            r#"{"jsonrpc":"2.0","id":1}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"ping","params":3}"#,
+        ] {
+            assert!(
+                matches!(
+                    parse_body(bad.as_bytes()),
+                    Err(EnvelopeError::Invalid { .. })
+                ),
+                "{bad}"
+            );
+        }
+        // The id is echoed when it is legal.
+        match parse_body(br#"{"jsonrpc":"1.0","id":7,"method":"ping"}"#) {
+            Err(EnvelopeError::Invalid { id, .. }) => assert_eq!(id.as_deref(), Some("7")),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn batches() {
+        match parse_body(br#" [{"jsonrpc":"2.0","id":1,"method":"ping"}, 3]"#).expect("parses") {
+            Body::Batch(items) => assert_eq!(items.len(), 2),
+            Body::Single(_) => panic!("batch expected"),
+        }
+    }
+
+    #[test]
+    fn bom_is_tolerated() {
+        let body = "\u{feff}{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\"}";
+        assert!(matches!(parse_body(body.as_bytes()), Ok(Body::Single(_))));
+    }
+}

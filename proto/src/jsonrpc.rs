@@ -1,0 +1,67 @@
+//! Building JSON-RPC replies around a raw (already validated) id.
+
+use serde_json::{Value, json};
+
+use crate::vocab::ErrorCode;
+
+/// Serialize a success reply. `id` is raw JSON text (`None` becomes `null`).
+pub fn result(id: Option<&str>, result: &Value) -> Vec<u8> {
+    let mut out = Vec::with_capacity(64);
+    out.extend_from_slice(br#"{"jsonrpc":"2.0","id":"#);
+    out.extend_from_slice(id.unwrap_or("null").as_bytes());
+    out.extend_from_slice(br#","result":"#);
+    // Writing a `Value` into a Vec cannot fail.
+    let _ = serde_json::to_writer(&mut out, result);
+    out.push(b'}');
+    out
+}
+
+/// Serialize an error reply. `id` is raw JSON text (`None` becomes `null`).
+pub fn error(id: Option<&str>, code: ErrorCode, message: &str, data: Option<&Value>) -> Vec<u8> {
+    let mut err = json!({ "code": code.0, "message": message });
+    if let Some(data) = data {
+        err["data"] = data.clone();
+    }
+    let mut out = Vec::with_capacity(96);
+    out.extend_from_slice(br#"{"jsonrpc":"2.0","id":"#);
+    out.extend_from_slice(id.unwrap_or("null").as_bytes());
+    out.extend_from_slice(br#","error":"#);
+    let _ = serde_json::to_writer(&mut out, &err);
+    out.push(b'}');
+    out
+}
+
+/// Serialize a notification.
+pub fn notification(method: &str, params: &Value) -> Vec<u8> {
+    let msg = json!({ "jsonrpc": "2.0", "method": method, "params": params });
+    serde_json::to_vec(&msg).unwrap_or_default()
+}
+
+/// A JSON number that prints as an integer when it is one (`3`, not `3.0`).
+pub fn number(n: f64) -> Value {
+    const EXACT: f64 = 9_007_199_254_740_992.0; // 2^53
+    if n.fract() == 0.0 && n.abs() < EXACT {
+        Value::from(n as i64)
+    } else {
+        serde_json::Number::from_f64(n).map_or(Value::Null, Value::Number)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shapes() {
+        let r: Value =
+            serde_json::from_slice(&result(Some("\"a\""), &json!({"x":1}))).expect("json");
+        assert_eq!(r, json!({"jsonrpc":"2.0","id":"a","result":{"x":1}}));
+        let e: Value =
+            serde_json::from_slice(&error(None, ErrorCode::PARSE_ERROR, "Parse error", None))
+                .expect("json");
+        assert_eq!(
+            e,
+            json!({"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"Parse error"}})
+        );
+    }
+}

@@ -1,0 +1,29 @@
+//! # Contracts and shared MCP vocabulary
+//!
+//! No I/O lives here: only what more than one service must agree on.
+//!
+//! - [`mcp`], [`registry`]: generated gRPC contracts (`mcp.v1`, `registry.v1`).
+//! - [`vocab`]: protocol revisions, `_meta` keys, JSON-RPC error codes, the era enum.
+//! - [`envelope`]: a borrowing parse of a JSON-RPC body and its era classification,
+//!   shared by the HTTP edge and the stdio transport.
+//! - [`jsonrpc`]: reply and notification builders around a raw id.
+//! - [`runtime`]: logging, configuration loading and shutdown signals shared by the binaries.
+//! - [`header_codec`]: the `=?base64?…?=` sentinel used by `Mcp-Name` and `Mcp-Param-*`.
+
+pub mod envelope;
+pub mod header_codec;
+pub mod jsonrpc;
+pub mod runtime;
+pub mod vocab;
+
+/// gateway → mcp-service.
+pub mod mcp {
+    #![allow(clippy::all)]
+    tonic::include_proto!("mcp.v1");
+}
+
+/// mcp-service → registry-service.
+pub mod registry {
+    #![allow(clippy::all)]
+    tonic::include_proto!("registry.v1");
+}

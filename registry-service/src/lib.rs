@@ -1,0 +1,95 @@
+//! # registry-service: the catalog
+//!
+//! Holds the tools, resources, resource templates and prompts that the server offers, executes
+//! tools, reads resources, renders prompts and completes arguments, over the `registry.v1` gRPC
+//! contract. Knows nothing of protocol revisions or HTTP.
+//!
+//! ## Layout
+//! - [`config`]: the typed configuration (file, environment, flags).
+//! - [`catalog`]: the catalog model, lookups and scope checks.
+//! - [`builtin`]: the catalog compiled into the binary.
+//! - [`server`]: the gRPC service over a catalog, and [`serve`] to run it on a listener.
+
+pub mod builtin;
+pub mod catalog;
+pub mod config;
+pub mod server;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+pub use catalog::Catalog;
+pub use config::Config;
+
+/// Why the service could not start or stopped with an error.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error("gRPC server failed: {0}")]
+    Serve(#[from] tonic::transport::Error),
+    #[error("{0}")]
+    Definitions(String),
+}
+
+/// Build the catalog the configuration describes (built-ins, later the definitions file).
+pub fn load_catalog(config: &Config) -> Result<Arc<Catalog>, Error> {
+    if let Some(path) = &config.definitions {
+        return Err(Error::Definitions(format!(
+            "{}: definitions files are not supported by this build yet; start without --definitions",
+            path.display()
+        )));
+    }
+    Ok(Arc::new(builtin::catalog()))
+}
+
+/// Bind the configured address and serve until `shutdown` is cancelled.
+pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), Error> {
+    let catalog = load_catalog(&config)?;
+    let listener = TcpListener::bind(config.listen)
+        .await
+        .map_err(|source| Error::Bind {
+            addr: config.listen,
+            source,
+        })?;
+    serve(listener, catalog, shutdown).await
+}
+
+/// Serve the catalog on an already bound listener until `shutdown` is cancelled.
+pub async fn serve(
+    listener: TcpListener,
+    catalog: Arc<Catalog>,
+    shutdown: CancellationToken,
+) -> Result<(), Error> {
+    let addr = listener.local_addr().map_err(|source| Error::Bind {
+        addr: ([0, 0, 0, 0], 0).into(),
+        source,
+    })?;
+    let (health_reporter, health_service) = tonic_health::server::health_reporter();
+    health_reporter
+        .set_serving::<mcp_proto::registry::registry_server::RegistryServer<server::RegistryService>>()
+        .await;
+    let service = server::RegistryService::new(catalog);
+    tracing::info!(service = "registry-service", %addr, "listening");
+    let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
+    let drain = shutdown.clone();
+    let reporter = health_reporter.clone();
+    tonic::transport::Server::builder()
+        .add_service(health_service)
+        .add_service(mcp_proto::registry::registry_server::RegistryServer::new(service))
+        .serve_with_incoming_shutdown(incoming, async move {
+            drain.cancelled().await;
+            reporter
+                .set_not_serving::<mcp_proto::registry::registry_server::RegistryServer<server::RegistryService>>()
+                .await;
+        })
+        .await?;
+    tracing::info!(service = "registry-service", "stopped");
+    Ok(())
+}

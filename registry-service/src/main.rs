@@ -1,0 +1,38 @@
+use clap::Parser as _;
+use registry_service::config::Cli;
+
+#[tokio::main]
+async fn main() {
+    mcp_proto::runtime::init_logging();
+    let cli = Cli::parse();
+    let config = match cli.load() {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("registry-service: invalid configuration: {e}");
+            std::process::exit(mcp_proto::runtime::EXIT_CONFIG);
+        }
+    };
+    if cli.validate_only {
+        match registry_service::load_catalog(&config) {
+            Ok(c) => {
+                println!(
+                    "ok: {} tools, {} resources, {} resource templates, {} prompts",
+                    c.tools.len(),
+                    c.resources.len(),
+                    c.templates.len(),
+                    c.prompts.len()
+                );
+                return;
+            }
+            Err(e) => {
+                eprintln!("registry-service: {e}");
+                std::process::exit(1);
+            }
+        }
+    }
+    let shutdown = mcp_proto::runtime::shutdown_on_signal();
+    if let Err(e) = registry_service::run(config, shutdown).await {
+        tracing::error!(error = %e, "registry-service failed");
+        std::process::exit(1);
+    }
+}
