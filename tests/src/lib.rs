@@ -1,1 +1,503 @@
-//! placeholder
+//! # End-to-end harness
+//!
+//! Starts the real binaries (built by `cargo build --workspace --bins`) on port 0, reads each
+//! one's `listening` log line to learn its address, and talks to them over real HTTP, gRPC and
+//! stdio. Nothing here imitates a service.
+//!
+//! - [`Proc`]: one running binary; [`Stack`]: a whole deployment (standalone or one process
+//!   per component).
+//! - [`Client`]: an HTTP MCP client for both eras; [`Reply`]: what came back, SSE included.
+//! - [`StdioClient`]: a client on a child's stdin/stdout.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::{ExitStatus, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
+use tokio::process::{Child, ChildStdin, ChildStdout, Command};
+
+pub const MODERN: &str = "2026-07-28";
+
+/// How long a binary may take to report that it listens.
+const START_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long any single reply may take.
+const REPLY_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// The path of a workspace binary, next to the test executable's directory.
+pub fn bin(name: &str) -> PathBuf {
+    if let Ok(dir) = std::env::var("MCP_BIN_DIR") {
+        return PathBuf::from(dir).join(name);
+    }
+    let exe = std::env::current_exe().expect("test executable path");
+    // target/<profile>/deps/e2e-… → target/<profile>/<name>
+    let dir = exe
+        .parent()
+        .and_then(|d| d.parent())
+        .expect("target directory");
+    let path = dir.join(name);
+    assert!(
+        path.exists(),
+        "{} is missing: run `cargo build --workspace --bins` first",
+        path.display()
+    );
+    path
+}
+
+/// One running binary. Killed when dropped.
+pub struct Proc {
+    pub name: String,
+    pub child: Child,
+    pub addr: Option<SocketAddr>,
+    pub logs: Arc<Mutex<Vec<String>>>,
+    log_reader: Option<tokio::task::JoinHandle<()>>,
+}
+
+/// Parse a JSON log line; `Some((service, addr))` for a `listening` line.
+fn listening(line: &str) -> Option<(String, SocketAddr)> {
+    let v: Value = serde_json::from_str(line).ok()?;
+    if v.get("message")?.as_str()? != "listening" {
+        return None;
+    }
+    let addr = v.get("addr")?.as_str()?.parse().ok()?;
+    Some((v.get("service")?.as_str()?.to_owned(), addr))
+}
+
+fn command(name: &str, args: &[&str]) -> Command {
+    let mut cmd = Command::new(bin(name));
+    cmd.args(args)
+        .env("LOG_FORMAT", "json")
+        .env("LOG_LEVEL", "info")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    cmd
+}
+
+/// Keep reading a child's stderr into `logs` (echoed with TEST_LOG=1), reporting the address
+/// of the first `listening` line from `service` on `found`.
+fn drain_logs(
+    name: String,
+    stderr: tokio::process::ChildStderr,
+    logs: Arc<Mutex<Vec<String>>>,
+    service: Option<String>,
+    found: tokio::sync::oneshot::Sender<SocketAddr>,
+) -> tokio::task::JoinHandle<()> {
+    let echo = std::env::var("TEST_LOG").is_ok();
+    tokio::spawn(async move {
+        let mut found = Some(found);
+        let mut lines = BufReader::new(stderr).lines();
+        while let Ok(Some(line)) = lines.next_line().await {
+            if echo {
+                eprintln!("[{name}] {line}");
+            }
+            if let (Some((svc, addr)), Some(want)) = (listening(&line), service.as_deref()) {
+                if svc == want {
+                    if let Some(tx) = found.take() {
+                        let _ = tx.send(addr);
+                    }
+                }
+            }
+            logs.lock().expect("logs lock").push(line);
+        }
+    })
+}
+
+impl Proc {
+    /// Start `name` with `args` and wait for `service`'s `listening` line.
+    pub async fn start(name: &str, args: &[&str], service: &str) -> Proc {
+        let mut child = command(name, args)
+            .spawn()
+            .unwrap_or_else(|e| panic!("spawn {name}: {e}"));
+        let logs = Arc::new(Mutex::new(Vec::new()));
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let stderr = child.stderr.take().expect("stderr piped");
+        let log_reader = drain_logs(
+            name.to_owned(),
+            stderr,
+            logs.clone(),
+            Some(service.to_owned()),
+            tx,
+        );
+        let addr = match tokio::time::timeout(START_TIMEOUT, rx).await {
+            Ok(Ok(addr)) => addr,
+            _ => panic!(
+                "{name} did not report listening; logs:\n{}",
+                logs.lock().expect("logs").join("\n")
+            ),
+        };
+        Proc {
+            name: name.to_owned(),
+            child,
+            addr: Some(addr),
+            logs,
+            log_reader: Some(log_reader),
+        }
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.addr.expect("a listening process")
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr())
+    }
+
+    /// Send SIGTERM and wait for the exit status.
+    pub async fn terminate(mut self) -> ExitStatus {
+        let pid = self.child.id().expect("running child");
+        let status = std::process::Command::new("kill")
+            .args(["-TERM", &pid.to_string()])
+            .status()
+            .expect("kill");
+        assert!(status.success(), "kill -TERM {pid}");
+        let status = tokio::time::timeout(Duration::from_secs(20), self.child.wait())
+            .await
+            .unwrap_or_else(|_| panic!("{} did not exit after SIGTERM", self.name))
+            .expect("wait");
+        // Read the last log lines too.
+        if let Some(reader) = self.log_reader.take() {
+            let _ = tokio::time::timeout(Duration::from_secs(5), reader).await;
+        }
+        status
+    }
+
+    pub fn log_text(&self) -> String {
+        self.logs.lock().expect("logs").join("\n")
+    }
+}
+
+/// A whole deployment; `url` is the gateway's MCP endpoint.
+pub struct Stack {
+    pub procs: Vec<Proc>,
+    pub base: String,
+}
+
+impl Stack {
+    /// `gateway --standalone`: every component in one process.
+    pub async fn standalone() -> Stack {
+        let gw = Proc::start(
+            "gateway",
+            &["--standalone", "--listen", "127.0.0.1:0"],
+            "gateway",
+        )
+        .await;
+        let base = gw.url();
+        Stack {
+            procs: vec![gw],
+            base,
+        }
+    }
+
+    /// One process per component, started in dependency order.
+    pub async fn microservices() -> Stack {
+        let registry = Proc::start(
+            "registry-service",
+            &["--listen", "127.0.0.1:0"],
+            "registry-service",
+        )
+        .await;
+        let mcp = Proc::start(
+            "mcp-service",
+            &["--listen", "127.0.0.1:0", "--registry", &registry.url()],
+            "mcp-service",
+        )
+        .await;
+        let oauth = Proc::start(
+            "oauth-service",
+            &[
+                "--listen",
+                "127.0.0.1:0",
+                "--issuer",
+                "http://127.0.0.1:8080",
+            ],
+            "oauth-service",
+        )
+        .await;
+        let gw = Proc::start(
+            "gateway",
+            &[
+                "--listen",
+                "127.0.0.1:0",
+                "--mcp-service",
+                &mcp.url(),
+                "--oauth-service",
+                &oauth.url(),
+            ],
+            "gateway",
+        )
+        .await;
+        let base = gw.url();
+        Stack {
+            procs: vec![registry, mcp, oauth, gw],
+            base,
+        }
+    }
+
+    pub fn client(&self) -> Client {
+        Client::new(&format!("{}/mcp", self.base))
+    }
+
+    pub fn gateway(&self) -> &Proc {
+        self.procs.last().expect("a gateway")
+    }
+}
+
+/// What an HTTP request got back.
+#[derive(Debug)]
+pub struct Reply {
+    pub status: u16,
+    pub headers: reqwest::header::HeaderMap,
+    pub text: String,
+    /// The JSON body, or for SSE the last message (the reply).
+    pub json: Value,
+    /// For SSE: every message in order, the reply last.
+    pub events: Vec<Value>,
+}
+
+impl Reply {
+    pub fn content_type(&self) -> &str {
+        self.headers
+            .get("content-type")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+    }
+
+    pub fn error_code(&self) -> Option<i64> {
+        self.json.pointer("/error/code").and_then(Value::as_i64)
+    }
+
+    pub fn result(&self) -> &Value {
+        self.json
+            .get("result")
+            .unwrap_or_else(|| panic!("no result in {}: {}", self.status, self.text))
+    }
+}
+
+/// Parse an SSE body into the JSON of its `data` fields.
+pub fn sse_messages(text: &str) -> Vec<Value> {
+    text.split("\n\n")
+        .filter_map(|event| {
+            let data: Vec<&str> = event
+                .lines()
+                .filter_map(|l| l.strip_prefix("data:"))
+                .map(str::trim_start)
+                .collect();
+            (!data.is_empty())
+                .then(|| serde_json::from_str(&data.join("\n")).expect("SSE data is JSON"))
+        })
+        .collect()
+}
+
+/// The modern `_meta` every 2026-07-28 request carries.
+pub fn modern_meta() -> Value {
+    json!({
+        "io.modelcontextprotocol/protocolVersion": MODERN,
+        "io.modelcontextprotocol/clientInfo": { "name": "e2e", "version": "1.0.0" },
+        "io.modelcontextprotocol/clientCapabilities": {}
+    })
+}
+
+/// A 2026-07-28 request body with `_meta` merged into `params`.
+pub fn modern_request(id: i64, method: &str, params: Value) -> Value {
+    let mut params = if params.is_null() { json!({}) } else { params };
+    params["_meta"] = modern_meta();
+    json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": params })
+}
+
+/// An HTTP MCP client.
+#[derive(Clone)]
+pub struct Client {
+    pub http: reqwest::Client,
+    pub url: String,
+}
+
+impl Client {
+    pub fn new(url: &str) -> Self {
+        let http = reqwest::Client::builder()
+            .timeout(REPLY_TIMEOUT)
+            .build()
+            .expect("HTTP client");
+        Self {
+            http,
+            url: url.to_owned(),
+        }
+    }
+
+    /// POST raw bytes with the given headers (plus JSON Content-Type and Accept unless given).
+    pub async fn post_raw(
+        &self,
+        body: impl Into<reqwest::Body>,
+        headers: &[(&str, &str)],
+    ) -> Reply {
+        let mut req = self.http.post(&self.url).body(body);
+        let has = |n: &str| headers.iter().any(|(k, _)| k.eq_ignore_ascii_case(n));
+        if !has("content-type") {
+            req = req.header("content-type", "application/json");
+        }
+        if !has("accept") {
+            req = req.header("accept", "application/json, text/event-stream");
+        }
+        for (k, v) in headers {
+            req = req.header(*k, *v);
+        }
+        let resp = req.send().await.expect("HTTP request");
+        let status = resp.status().as_u16();
+        let headers = resp.headers().clone();
+        let text = resp.text().await.expect("HTTP body");
+        let is_sse = headers
+            .get("content-type")
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|c| c.starts_with("text/event-stream"));
+        let (json, events) = if is_sse {
+            let events = sse_messages(&text);
+            (events.last().cloned().unwrap_or(Value::Null), events)
+        } else {
+            (
+                serde_json::from_str(&text).unwrap_or(Value::Null),
+                Vec::new(),
+            )
+        };
+        Reply {
+            status,
+            headers,
+            text,
+            json,
+            events,
+        }
+    }
+
+    pub async fn post(&self, body: &Value, headers: &[(&str, &str)]) -> Reply {
+        self.post_raw(serde_json::to_vec(body).expect("JSON"), headers)
+            .await
+    }
+
+    /// A legacy request after the handshake at revision `version`.
+    pub async fn legacy(&self, version: &str, id: i64, method: &str, params: Value) -> Reply {
+        let body = json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": params });
+        self.post(&body, &[("mcp-protocol-version", version)]).await
+    }
+
+    /// A 2026-07-28 request with `_meta` and the matching routing headers.
+    pub async fn modern(&self, id: i64, method: &str, params: Value) -> Reply {
+        let body = modern_request(id, method, params);
+        let name = body["params"]
+            .get("name")
+            .or_else(|| body["params"].get("uri"))
+            .and_then(Value::as_str)
+            .map(str::to_owned);
+        let mut headers = vec![("mcp-protocol-version", MODERN), ("mcp-method", method)];
+        if let Some(name) = &name {
+            headers.push(("mcp-name", name.as_str()));
+        }
+        self.post(&body, &headers).await
+    }
+}
+
+/// A client speaking newline-delimited JSON-RPC to a child's stdin/stdout.
+pub struct StdioClient {
+    pub child: Child,
+    stdin: ChildStdin,
+    stdout: Lines<BufReader<ChildStdout>>,
+    pub logs: Arc<Mutex<Vec<String>>>,
+}
+
+impl StdioClient {
+    /// Start `mcp-service --stdio` with extra arguments.
+    pub async fn start(args: &[&str]) -> StdioClient {
+        let mut all = vec!["--stdio"];
+        all.extend_from_slice(args);
+        let mut cmd = command("mcp-service", &all);
+        cmd.stdin(Stdio::piped()).stdout(Stdio::piped());
+        let mut child = cmd.spawn().expect("spawn mcp-service --stdio");
+        let logs = Arc::new(Mutex::new(Vec::new()));
+        let (tx, _rx) = tokio::sync::oneshot::channel();
+        drain_logs(
+            "mcp-service(stdio)".into(),
+            child.stderr.take().expect("stderr"),
+            logs.clone(),
+            None,
+            tx,
+        );
+        let stdin = child.stdin.take().expect("stdin");
+        let stdout = BufReader::new(child.stdout.take().expect("stdout")).lines();
+        StdioClient {
+            child,
+            stdin,
+            stdout,
+            logs,
+        }
+    }
+
+    pub async fn send_line(&mut self, line: &str) {
+        self.stdin
+            .write_all(line.as_bytes())
+            .await
+            .expect("write stdin");
+        self.stdin.write_all(b"\n").await.expect("write stdin");
+        self.stdin.flush().await.expect("flush stdin");
+    }
+
+    pub async fn send(&mut self, msg: &Value) {
+        self.send_line(&msg.to_string()).await;
+    }
+
+    /// The next message on stdout; every line must be JSON.
+    pub async fn recv(&mut self) -> Value {
+        let line = tokio::time::timeout(REPLY_TIMEOUT, self.stdout.next_line())
+            .await
+            .expect("a reply in time")
+            .expect("read stdout")
+            .expect("stdout open");
+        serde_json::from_str(&line)
+            .unwrap_or_else(|e| panic!("stdout line is not JSON ({e}): {line}"))
+    }
+
+    /// Send a request and collect messages until the reply with its id: (notifications, reply).
+    pub async fn request(&mut self, msg: &Value) -> (Vec<Value>, Value) {
+        self.send(msg).await;
+        let id = msg["id"].clone();
+        let mut notes = Vec::new();
+        loop {
+            let m = self.recv().await;
+            if m.get("id") == Some(&id) && m.get("method").is_none() {
+                return (notes, m);
+            }
+            notes.push(m);
+        }
+    }
+
+    /// Close stdin and wait for the exit status.
+    pub async fn close(mut self) -> ExitStatus {
+        drop(self.stdin);
+        // Anything left on stdout must still be protocol messages.
+        while let Ok(Ok(Some(line))) =
+            tokio::time::timeout(Duration::from_secs(10), self.stdout.next_line()).await
+        {
+            assert!(
+                serde_json::from_str::<Value>(&line).is_ok(),
+                "non-JSON on stdout: {line}"
+            );
+        }
+        tokio::time::timeout(Duration::from_secs(10), self.child.wait())
+            .await
+            .expect("exit after EOF")
+            .expect("wait")
+    }
+}
+
+/// Write raw bytes to a server and return what it answers before closing (or within 10 s).
+pub async fn raw_exchange(addr: SocketAddr, request: &str) -> String {
+    use tokio::io::AsyncReadExt as _;
+    let mut stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    stream.write_all(request.as_bytes()).await.expect("write");
+    let mut buf = vec![0u8; 64 * 1024];
+    let n = tokio::time::timeout(REPLY_TIMEOUT, stream.read(&mut buf))
+        .await
+        .expect("an answer in time")
+        .expect("read");
+    String::from_utf8_lossy(&buf[..n]).into_owned()
+}

@@ -1,0 +1,132 @@
+//! Process behaviour: port 0, configuration from flags, files and environment, bad
+//! configuration refused with exit code 64, SIGTERM drains and exits 0.
+
+use e2e::{Proc, Stack, bin};
+use std::time::Duration;
+
+#[tokio::test]
+async fn every_service_exits_zero_on_sigterm() {
+    let stack = Stack::microservices().await;
+    for proc in stack.procs.into_iter().rev() {
+        let name = proc.name.clone();
+        let logs = proc.logs.clone();
+        let status = proc.terminate().await;
+        assert!(
+            status.success(),
+            "{name} exited with {status}; logs:\n{}",
+            logs.lock().expect("logs").join("\n")
+        );
+        assert!(
+            logs.lock()
+                .expect("logs")
+                .iter()
+                .any(|l| l.contains("stopped")),
+            "{name} logged its stop"
+        );
+    }
+    let standalone = Stack::standalone().await;
+    let gw = standalone.procs.into_iter().next().expect("gateway");
+    assert!(gw.terminate().await.success());
+}
+
+#[tokio::test]
+async fn configuration_from_file_and_environment() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("registry.toml");
+    std::fs::write(&file, "listen = \"127.0.0.1:0\"\n").expect("write config");
+    let p = Proc::start(
+        "registry-service",
+        &["--config", file.to_str().expect("utf-8 path")],
+        "registry-service",
+    )
+    .await;
+    assert_eq!(p.addr().ip().to_string(), "127.0.0.1");
+    drop(p);
+
+    // Environment variables, and a flag overriding them.
+    let mut cmd = tokio::process::Command::new(bin("oauth-service"));
+    cmd.env("OAUTH_LISTEN", "127.0.0.1:0")
+        .env("OAUTH_ISSUER", "https://issuer.example.com")
+        .env("LOG_FORMAT", "json")
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true);
+    let mut child = cmd.spawn().expect("spawn");
+    let stderr = child.stderr.take().expect("stderr");
+    use tokio::io::AsyncBufReadExt as _;
+    let mut lines = tokio::io::BufReader::new(stderr).lines();
+    let line = tokio::time::timeout(Duration::from_secs(20), async {
+        while let Ok(Some(l)) = lines.next_line().await {
+            if l.contains("listening") {
+                return l;
+            }
+        }
+        panic!("no listening line");
+    })
+    .await
+    .expect("listening in time");
+    assert!(line.contains("https://issuer.example.com"), "{line}");
+}
+
+#[tokio::test]
+async fn bad_configuration_is_refused_with_exit_64() {
+    let cases: &[(&str, &[&str], &str)] = &[
+        ("gateway", &["--listen", "127.0.0.1:0"], "mcp_service"),
+        (
+            "oauth-service",
+            &["--listen", "127.0.0.1:0", "--issuer", "ftp://x.example.com"],
+            "issuer",
+        ),
+        (
+            "registry-service",
+            &["--config", "/nonexistent/registry.toml"],
+            "registry.toml",
+        ),
+    ];
+    for (name, args, mentions) in cases {
+        let out = std::process::Command::new(bin(name))
+            .args(*args)
+            .output()
+            .expect("run");
+        assert_eq!(out.status.code(), Some(64), "{name} {args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(mentions), "{name}: {err}");
+    }
+    // Unknown keys in a file are named.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("mcp.toml");
+    std::fs::write(&file, "listen = \"127.0.0.1:0\"\nregistri = \"http://x\"\n").expect("write");
+    let out = std::process::Command::new(bin("mcp-service"))
+        .args(["--config", file.to_str().expect("path")])
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(64));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("registri"));
+}
+
+#[tokio::test]
+async fn gateway_reports_unready_when_mcp_service_is_gone() {
+    let stack = Stack::microservices().await;
+    let http = reqwest::Client::new();
+    let ready = |url: String| {
+        let http = http.clone();
+        async move { http.get(url).send().await.expect("GET").status().as_u16() }
+    };
+    assert_eq!(ready(format!("{}/readyz", stack.base)).await, 200);
+    let mut procs = stack.procs;
+    let gateway = procs.pop().expect("gateway");
+    let _oauth = procs.pop();
+    let mcp = procs.pop().expect("mcp-service");
+    assert!(mcp.terminate().await.success());
+    assert_eq!(ready(format!("{}/readyz", gateway.url())).await, 503);
+    // The MCP endpoint answers with a JSON-RPC error rather than hanging or crashing.
+    let c = e2e::Client::new(&format!("{}/mcp", gateway.url()));
+    let r = c
+        .post(
+            &serde_json::json!({"jsonrpc":"2.0","id":9,"method":"ping"}),
+            &[],
+        )
+        .await;
+    assert_eq!((r.status, r.error_code()), (502, Some(-32603)));
+    assert_eq!(r.json["id"], 9);
+    assert_eq!(ready(format!("{}/healthz", gateway.url())).await, 200);
+}
