@@ -173,12 +173,12 @@ async fn mcp_post(State(gw): State<Arc<Gateway>>, headers: HeaderMap, body: Byte
         Ok(Body::Single(env)) => {
             let era = era::classify(&env, header_version.as_deref());
             let id = env.id_json().map(str::to_owned);
-            if era == Era::Modern && env.missing_modern_meta().is_none() {
-                if let Err(r) =
+            if era == Era::Modern
+                && env.missing_modern_meta().is_none()
+                && let Err(r) =
                     headers::check_modern_headers(&headers, &env, header_version.as_deref())
-                {
-                    return refusal(r, id.as_deref());
-                }
+            {
+                return refusal(r, id.as_deref());
             }
             (era, id)
         }

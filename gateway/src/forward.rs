@@ -50,11 +50,11 @@ fn final_response(frame: pb::McpFrame) -> Response {
     } else {
         json_response(status_of(disposition), frame.json)
     };
-    if let Ok(v) = HeaderValue::from_str(&frame.session_id) {
-        if !frame.session_id.is_empty() {
-            resp.headers_mut()
-                .insert(mcp_proto::vocab::header::SESSION_ID, v);
-        }
+    if let Ok(v) = HeaderValue::from_str(&frame.session_id)
+        && !frame.session_id.is_empty()
+    {
+        resp.headers_mut()
+            .insert(mcp_proto::vocab::header::SESSION_ID, v);
     }
     resp
 }

@@ -424,7 +424,8 @@ mod tests {
     #[test]
     fn modern_headers_mismatch() {
         let e = env(CALL);
-        let cases: &[(&[(&str, &str)], Option<&str>)] = &[
+        type Case<'a> = (&'a [(&'a str, &'a str)], Option<&'a str>);
+        let cases: &[Case<'_>] = &[
             (&[("mcp-method", "tools/call"), ("mcp-name", "echo")], None),
             (
                 &[("mcp-method", "tools/call"), ("mcp-name", "echo")],

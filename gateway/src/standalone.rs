@@ -33,7 +33,11 @@ pub async fn run(mut config: Config, shutdown: CancellationToken) -> Result<(), 
     };
     let catalog = registry_service::load_catalog(&registry_config)?;
     let (listener, registry_addr) = loopback().await?;
-    tasks.spawn(registry_service::serve(listener, catalog, inner.clone()).map_err_into());
+    tasks.spawn(component(registry_service::serve(
+        listener,
+        catalog,
+        inner.clone(),
+    )));
 
     let mcp_config = mcp_service::Config {
         registry: Some(format!("http://{registry_addr}")),
@@ -41,7 +45,11 @@ pub async fn run(mut config: Config, shutdown: CancellationToken) -> Result<(), 
     };
     let engine = mcp_service::engine(&mcp_config, &inner).await?;
     let (listener, mcp_addr) = loopback().await?;
-    tasks.spawn(mcp_service::serve(listener, engine, inner.clone()).map_err_into());
+    tasks.spawn(component(mcp_service::serve(
+        listener,
+        engine,
+        inner.clone(),
+    )));
 
     let gateway_listener =
         TcpListener::bind(config.listen)
@@ -70,7 +78,11 @@ pub async fn run(mut config: Config, shutdown: CancellationToken) -> Result<(), 
         ..Default::default()
     };
     let (listener, oauth_addr) = loopback().await?;
-    tasks.spawn(oauth_service::serve(listener, oauth_config, inner.clone()).map_err_into());
+    tasks.spawn(component(oauth_service::serve(
+        listener,
+        oauth_config,
+        inner.clone(),
+    )));
 
     config.mcp_service = Some(format!("http://{mcp_addr}"));
     config.oauth_service = Some(format!("http://{oauth_addr}"));
@@ -85,17 +97,7 @@ pub async fn run(mut config: Config, shutdown: CancellationToken) -> Result<(), 
     outcome
 }
 
-/// Component results, unified for the join set.
-trait MapErrInto {
-    fn map_err_into(self) -> impl Future<Output = Result<(), Error>> + Send + 'static;
-}
-
-impl<F, E> MapErrInto for F
-where
-    F: Future<Output = Result<(), E>> + Send + 'static,
-    E: Into<Error>,
-{
-    fn map_err_into(self) -> impl Future<Output = Result<(), Error>> + Send + 'static {
-        async move { self.await.map_err(Into::into) }
-    }
+/// A component's future with its error unified, for the join set.
+async fn component<E: Into<Error>>(run: impl Future<Output = Result<(), E>>) -> Result<(), Error> {
+    run.await.map_err(Into::into)
 }

@@ -368,12 +368,11 @@ impl Engine {
                     Box::pin(self.handle_one(env, &ctx, sink)).await
                 }
             };
-            if let Some(f) = frame {
-                if let Ok(text) = String::from_utf8(f.json) {
-                    if let Ok(raw) = serde_json::value::RawValue::from_string(text) {
-                        replies.push(raw);
-                    }
-                }
+            if let Some(f) = frame
+                && let Ok(text) = String::from_utf8(f.json)
+                && let Ok(raw) = serde_json::value::RawValue::from_string(text)
+            {
+                replies.push(raw);
             }
         }
         if replies.is_empty() {
@@ -402,14 +401,14 @@ impl Engine {
             });
         }
         let params = parse_params(env)?;
-        if let Some(level) = params.get("_meta").and_then(|m| m.get(meta::LOG_LEVEL)) {
-            if level.as_str().and_then(vocab::log_level_rank).is_none() {
-                return Err(Error::InvalidLogLevel(format!(
-                    "`{}` must be one of {}",
-                    meta::LOG_LEVEL,
-                    vocab::LOG_LEVELS.join(", ")
-                )));
-            }
+        if let Some(level) = params.get("_meta").and_then(|m| m.get(meta::LOG_LEVEL))
+            && level.as_str().and_then(vocab::log_level_rank).is_none()
+        {
+            return Err(Error::InvalidLogLevel(format!(
+                "`{}` must be one of {}",
+                meta::LOG_LEVEL,
+                vocab::LOG_LEVELS.join(", ")
+            )));
         }
         let method = Method::parse(&env.method);
         if !method.served_in(Era::Modern) {

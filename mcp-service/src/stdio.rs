@@ -101,10 +101,10 @@ where
                 registry.lock().map(|mut m| m.remove(&key)).ok();
             }
         });
-        if let Some(id) = id {
-            if let Ok(mut m) = in_flight.lock() {
-                m.insert(id, handle);
-            }
+        if let Some(id) = id
+            && let Ok(mut m) = in_flight.lock()
+        {
+            m.insert(id, handle);
         }
     }
 

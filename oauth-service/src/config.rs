@@ -42,13 +42,12 @@ impl Config {
                 self.issuer
             ));
         }
-        if let Some(db) = &self.database {
-            if !(db.starts_with("sqlite:")
+        if let Some(db) = &self.database
+            && !(db.starts_with("sqlite:")
                 || db.starts_with("postgres://")
                 || db.starts_with("postgresql://"))
-            {
-                return Err("database: must be a sqlite: or postgres:// URL".into());
-            }
+        {
+            return Err("database: must be a sqlite: or postgres:// URL".into());
         }
         Ok(())
     }

@@ -176,10 +176,10 @@ pub fn parse_message(raw: &RawValue) -> Result<Envelope<'_>, EnvelopeError> {
     if msg.jsonrpc.as_deref() != Some("2.0") {
         return Err(invalid("`jsonrpc` must be \"2.0\""));
     }
-    if let Some(id) = msg.id {
-        if !is_valid_id(id) {
-            return Err(invalid("`id` must be a string or an integer"));
-        }
+    if let Some(id) = msg.id
+        && !is_valid_id(id)
+    {
+        return Err(invalid("`id` must be a string or an integer"));
     }
     let method = match msg.method {
         Some(m) => Some(raw_str(m).ok_or_else(|| invalid("`method` must be a string"))?),
@@ -215,16 +215,16 @@ pub fn parse_message(raw: &RawValue) -> Result<Envelope<'_>, EnvelopeError> {
         if params.get() != "null" && !is_object(params) && !params.get().starts_with('[') {
             return Err(invalid("`params` must be an object"));
         }
-        if is_object(params) {
-            if let Ok(peek) = serde_json::from_str::<ParamsPeek<'_>>(params.get()) {
-                env.name = peek.name.and_then(raw_str);
-                env.uri = peek.uri.and_then(raw_str);
-                if let Some(meta_raw) = peek.meta.filter(|m| is_object(m)) {
-                    env.meta = Some(meta_raw);
-                    if let Ok(m) = serde_json::from_str::<MetaPeek<'_>>(meta_raw.get()) {
-                        env.meta_version = m.version;
-                        env.meta_has_capabilities = m.capabilities.is_some();
-                    }
+        if is_object(params)
+            && let Ok(peek) = serde_json::from_str::<ParamsPeek<'_>>(params.get())
+        {
+            env.name = peek.name.and_then(raw_str);
+            env.uri = peek.uri.and_then(raw_str);
+            if let Some(meta_raw) = peek.meta.filter(|m| is_object(m)) {
+                env.meta = Some(meta_raw);
+                if let Ok(m) = serde_json::from_str::<MetaPeek<'_>>(meta_raw.get()) {
+                    env.meta_version = m.version;
+                    env.meta_has_capabilities = m.capabilities.is_some();
                 }
             }
         }

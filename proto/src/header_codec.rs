@@ -56,12 +56,12 @@ pub fn decode(raw: &[u8]) -> Result<String, DecodeError> {
 
 /// Encode a value for a header, using the sentinel only when plain text cannot carry it.
 pub fn encode(value: &str) -> String {
-    let plain_safe = value
+    let visible = value
         .bytes()
-        .all(|b| b == b' ' || b == b'\t' || (0x21..=0x7e).contains(&b))
-        && !value.starts_with([' ', '\t'])
-        && !value.ends_with([' ', '\t'])
-        && !(value.starts_with(PREFIX) && value.ends_with(SUFFIX));
+        .all(|b| b == b' ' || b == b'\t' || (0x21..=0x7e).contains(&b));
+    let padded = value.starts_with([' ', '\t']) || value.ends_with([' ', '\t']);
+    let looks_encoded = value.starts_with(PREFIX) && value.ends_with(SUFFIX);
+    let plain_safe = visible && !padded && !looks_encoded;
     if plain_safe {
         value.to_owned()
     } else {

@@ -94,12 +94,11 @@ fn drain_logs(
             if echo {
                 eprintln!("[{name}] {line}");
             }
-            if let (Some((svc, addr)), Some(want)) = (listening(&line), service.as_deref()) {
-                if svc == want {
-                    if let Some(tx) = found.take() {
-                        let _ = tx.send(addr);
-                    }
-                }
+            if let (Some((svc, addr)), Some(want)) = (listening(&line), service.as_deref())
+                && svc == want
+                && let Some(tx) = found.take()
+            {
+                let _ = tx.send(addr);
             }
             logs.lock().expect("logs lock").push(line);
         }

@@ -63,10 +63,10 @@ pub fn set_log_level(req: &Request<'_>) -> Result<Value, Error> {
     if vocab::log_level_rank(level).is_none() {
         return Err(Error::InvalidParams(format!("unknown log level `{level}`")));
     }
-    if let Some(session) = &req.ctx.session {
-        if let Ok(mut l) = session.log_level.lock() {
-            *l = Some(level.to_owned());
-        }
+    if let Some(session) = &req.ctx.session
+        && let Ok(mut l) = session.log_level.lock()
+    {
+        *l = Some(level.to_owned());
     }
     Ok(json!({}))
 }
