@@ -42,9 +42,7 @@ pub fn router(state: Arc<Gateway>, max_body_bytes: usize) -> Router {
     let policy = state.policy.clone();
     let cors = CorsLayer::new()
         // Browser clients: the same origins the DNS-rebinding check accepts.
-        .allow_origin(AllowOrigin::predicate(move |origin, _| {
-            origin.to_str().is_ok_and(|o| policy.origin_allowed(o))
-        }))
+        .allow_origin(AllowOrigin::predicate(move |origin, _| origin.to_str().is_ok_and(|o| policy.origin_allowed(o))))
         .allow_methods([Method::GET, Method::POST, Method::DELETE, Method::OPTIONS])
         .allow_headers([
             header::CONTENT_TYPE,
@@ -57,29 +55,15 @@ pub fn router(state: Arc<Gateway>, max_body_bytes: usize) -> Router {
             HeaderName::from_static("last-event-id"),
             REQUEST_ID,
         ])
-        .expose_headers([
-            HeaderName::from_static("mcp-session-id"),
-            header::WWW_AUTHENTICATE,
-        ])
+        .expose_headers([HeaderName::from_static("mcp-session-id"), header::WWW_AUTHENTICATE])
         .max_age(Duration::from_secs(3600));
     let mcp = Router::new()
-        .route(
-            "/mcp",
-            post(mcp_post)
-                .get(method_not_allowed)
-                .delete(method_not_allowed),
-        )
+        .route("/mcp", post(mcp_post).get(mcp_get).delete(mcp_delete))
         // Oversize bodies are refused with 413 before they are read whole.
         .layer(RequestBodyLimitLayer::new(max_body_bytes));
     let oauth = Router::new()
-        .route(
-            "/.well-known/oauth-authorization-server",
-            any(crate::oauth_proxy::proxy),
-        )
-        .route(
-            "/.well-known/oauth-authorization-server/{*rest}",
-            any(crate::oauth_proxy::proxy),
-        )
+        .route("/.well-known/oauth-authorization-server", any(crate::oauth_proxy::proxy))
+        .route("/.well-known/oauth-authorization-server/{*rest}", any(crate::oauth_proxy::proxy))
         .route("/oauth/{*rest}", any(crate::oauth_proxy::proxy));
     Router::new()
         .merge(mcp)
@@ -101,14 +85,53 @@ async fn method_not_allowed() -> Response {
     (StatusCode::METHOD_NOT_ALLOWED, [(header::ALLOW, "POST")]).into_response()
 }
 
-fn refusal(r: Refusal, id: Option<&str>) -> Response {
-    match r {
-        Refusal::Forbidden(m) => rpc_error(
-            StatusCode::FORBIDDEN,
+/// `GET /mcp`: a legacy session's stream of server-initiated messages. Without a session
+/// there is no such stream (405, as a modern-only server answers).
+async fn mcp_get(State(gw): State<Arc<Gateway>>, headers: HeaderMap) -> Response {
+    if let Err(r) = gw.policy.check(&headers) {
+        return refusal(r, None);
+    }
+    let session_id = header_str(&headers, mcp_proto::vocab::header::SESSION_ID);
+    if session_id.is_empty() {
+        return method_not_allowed().await;
+    }
+    match headers::accepts(&headers) {
+        Ok(a) if a.stream => {}
+        _ => return refusal(Refusal::NotAcceptable, None),
+    }
+    let request = pb::ListenRequest { session_id, principal: None, request_id: header_str(&headers, "x-request-id") };
+    forward::listen(gw.mcp.clone(), request).await
+}
+
+/// `DELETE /mcp`: the client ends its legacy session.
+async fn mcp_delete(State(gw): State<Arc<Gateway>>, headers: HeaderMap) -> Response {
+    if let Err(r) = gw.policy.check(&headers) {
+        return refusal(r, None);
+    }
+    let session_id = header_str(&headers, mcp_proto::vocab::header::SESSION_ID);
+    if session_id.is_empty() {
+        return rpc_error(
+            StatusCode::BAD_REQUEST,
             None,
             ErrorCode::INVALID_REQUEST,
-            &format!("Forbidden: {m}"),
-        ),
+            "Bad Request: Mcp-Session-Id required",
+        );
+    }
+    match gw.mcp.clone().end_session(pb::EndSessionRequest { session_id, principal: None }).await {
+        Ok(r) if r.get_ref().ended => StatusCode::NO_CONTENT.into_response(),
+        Ok(_) => rpc_error(StatusCode::NOT_FOUND, None, ErrorCode(-32001), "Session not found"),
+        Err(status) => {
+            tracing::warn!(error = %status.message(), "mcp-service call failed");
+            rpc_error(StatusCode::BAD_GATEWAY, None, ErrorCode::INTERNAL_ERROR, "Internal error: upstream unavailable")
+        }
+    }
+}
+
+fn refusal(r: Refusal, id: Option<&str>) -> Response {
+    match r {
+        Refusal::Forbidden(m) => {
+            rpc_error(StatusCode::FORBIDDEN, None, ErrorCode::INVALID_REQUEST, &format!("Forbidden: {m}"))
+        }
         Refusal::UnsupportedMediaType => rpc_error(
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
             None,
@@ -121,9 +144,7 @@ fn refusal(r: Refusal, id: Option<&str>) -> Response {
             ErrorCode::INVALID_REQUEST,
             "Not Acceptable: Accept must allow application/json or text/event-stream",
         ),
-        Refusal::HeaderMismatch(m) => {
-            rpc_error(StatusCode::BAD_REQUEST, id, ErrorCode::HEADER_MISMATCH, &m)
-        }
+        Refusal::HeaderMismatch(m) => rpc_error(StatusCode::BAD_REQUEST, id, ErrorCode::HEADER_MISMATCH, &m),
     }
 }
 
@@ -132,11 +153,7 @@ fn refusal(r: Refusal, id: Option<&str>) -> Response {
 /// modern request with complete `_meta`, the routing headers (-32020, 400) → forward. The
 /// protocol engine then checks `_meta`, version, method and capabilities.
 async fn mcp_post(State(gw): State<Arc<Gateway>>, headers: HeaderMap, body: Bytes) -> Response {
-    if let Err(r) = gw
-        .policy
-        .check(&headers)
-        .and_then(|()| headers::check_content_type(&headers))
-    {
+    if let Err(r) = gw.policy.check(&headers).and_then(|()| headers::check_content_type(&headers)) {
         return refusal(r, None);
     }
     let accepts = match headers::accepts(&headers) {
@@ -149,12 +166,7 @@ async fn mcp_post(State(gw): State<Arc<Gateway>>, headers: HeaderMap, body: Byte
     };
     let (era, id) = match envelope::parse_body(&body) {
         Err(EnvelopeError::Parse(m)) => {
-            return rpc_error(
-                StatusCode::BAD_REQUEST,
-                None,
-                ErrorCode::PARSE_ERROR,
-                &format!("Parse error: {m}"),
-            );
+            return rpc_error(StatusCode::BAD_REQUEST, None, ErrorCode::PARSE_ERROR, &format!("Parse error: {m}"));
         }
         Err(EnvelopeError::Invalid { id, reason }) => {
             return rpc_error(
@@ -165,9 +177,7 @@ async fn mcp_post(State(gw): State<Arc<Gateway>>, headers: HeaderMap, body: Byte
             );
         }
         Ok(Body::Batch(_)) => {
-            let modern = header_version
-                .as_deref()
-                .is_some_and(|v| !mcp_proto::vocab::is_legacy_revision(v));
+            let modern = header_version.as_deref().is_some_and(|v| !mcp_proto::vocab::is_legacy_revision(v));
             (if modern { Era::Modern } else { Era::Legacy }, None)
         }
         Ok(Body::Single(env)) => {
@@ -175,8 +185,7 @@ async fn mcp_post(State(gw): State<Arc<Gateway>>, headers: HeaderMap, body: Byte
             let id = env.id_json().map(str::to_owned);
             if era == Era::Modern
                 && env.missing_modern_meta().is_none()
-                && let Err(r) =
-                    headers::check_modern_headers(&headers, &env, header_version.as_deref())
+                && let Err(r) = headers::check_modern_headers(&headers, &env, header_version.as_deref())
             {
                 return refusal(r, id.as_deref());
             }
@@ -192,16 +201,24 @@ async fn mcp_post(State(gw): State<Arc<Gateway>>, headers: HeaderMap, body: Byte
         session_id: header_str(&headers, mcp_proto::vocab::header::SESSION_ID),
         request_id: header_str(&headers, "x-request-id"),
         accepts_stream: accepts.stream,
+        param_headers: param_headers(&headers),
     };
     forward::forward(gw.mcp.clone(), request, accepts, id).await
 }
 
-fn header_str(headers: &HeaderMap, name: &str) -> String {
+/// `Mcp-Param-{Name}` headers, by lower-case name without the prefix.
+fn param_headers(headers: &HeaderMap) -> std::collections::HashMap<String, String> {
     headers
-        .get(name)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or_default()
-        .to_owned()
+        .iter()
+        .filter_map(|(name, value)| {
+            let param = name.as_str().strip_prefix(mcp_proto::vocab::header::PARAM_PREFIX)?;
+            Some((param.to_owned(), String::from_utf8_lossy(value.as_bytes()).into_owned()))
+        })
+        .collect()
+}
+
+fn header_str(headers: &HeaderMap, name: &str) -> String {
+    headers.get(name).and_then(|v| v.to_str().ok()).unwrap_or_default().to_owned()
 }
 
 /// Ready while not draining and while mcp-service reports itself serving.
@@ -209,20 +226,13 @@ async fn ready(State(gw): State<Arc<Gateway>>) -> (StatusCode, &'static str) {
     if gw.draining.load(Ordering::SeqCst) {
         return (StatusCode::SERVICE_UNAVAILABLE, "draining");
     }
-    let check = tonic_health::pb::HealthCheckRequest {
-        service: "mcp.v1.McpService".into(),
-    };
+    let check = tonic_health::pb::HealthCheckRequest { service: "mcp.v1.McpService".into() };
     let serving = tokio::time::timeout(Duration::from_secs(2), gw.health.clone().check(check))
         .await
         .ok()
         .and_then(Result::ok)
         .is_some_and(|r| {
-            r.into_inner().status
-                == tonic_health::pb::health_check_response::ServingStatus::Serving as i32
+            r.into_inner().status == tonic_health::pb::health_check_response::ServingStatus::Serving as i32
         });
-    if serving {
-        (StatusCode::OK, "ready")
-    } else {
-        (StatusCode::SERVICE_UNAVAILABLE, "mcp-service not serving")
-    }
+    if serving { (StatusCode::OK, "ready") } else { (StatusCode::SERVICE_UNAVAILABLE, "mcp-service not serving") }
 }

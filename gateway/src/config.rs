@@ -61,11 +61,7 @@ impl Config {
 }
 
 #[derive(Debug, clap::Parser, Serialize)]
-#[command(
-    name = "gateway",
-    version,
-    about = "The MCP HTTP gateway; --standalone runs every component in one process"
-)]
+#[command(name = "gateway", version, about = "The MCP HTTP gateway; --standalone runs every component in one process")]
 pub struct Cli {
     /// Run all four components in this process (embedded default).
     #[arg(long)]
@@ -104,15 +100,17 @@ pub struct Cli {
 impl Cli {
     pub fn load(&self) -> Result<Config, String> {
         let config: Config =
-            mcp_proto::runtime::load_config(self.config.as_deref(), "GATEWAY_", self)
-                .map_err(|e| e.to_string())?;
+            mcp_proto::runtime::load_config(self.config.as_deref(), "GATEWAY_", self).map_err(|e| e.to_string())?;
         if !self.standalone {
             if config.mcp_service.is_none() {
-                return Err("mcp_service: required unless --standalone (flag --mcp-service or GATEWAY_MCP_SERVICE)".into());
+                return Err(
+                    "mcp_service: required unless --standalone (flag --mcp-service or GATEWAY_MCP_SERVICE)".into()
+                );
             }
             if config.oauth_service.is_none() {
                 return Err(
-                    "oauth_service: required unless --standalone (flag --oauth-service or GATEWAY_OAUTH_SERVICE)".into(),
+                    "oauth_service: required unless --standalone (flag --oauth-service or GATEWAY_OAUTH_SERVICE)"
+                        .into(),
                 );
             }
         }

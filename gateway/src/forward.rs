@@ -34,10 +34,7 @@ pub fn rpc_error(status: StatusCode, id: Option<&str>, code: ErrorCode, message:
 fn json_response(status: StatusCode, json: Vec<u8>) -> Response {
     let mut resp = Response::new(Body::from(json));
     *resp.status_mut() = status;
-    resp.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
+    resp.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
     resp
 }
 
@@ -53,16 +50,13 @@ fn final_response(frame: pb::McpFrame) -> Response {
     if let Ok(v) = HeaderValue::from_str(&frame.session_id)
         && !frame.session_id.is_empty()
     {
-        resp.headers_mut()
-            .insert(mcp_proto::vocab::header::SESSION_ID, v);
+        resp.headers_mut().insert(mcp_proto::vocab::header::SESSION_ID, v);
     }
     resp
 }
 
 fn sse_event(json: &[u8]) -> Result<Event, Infallible> {
-    Ok(Event::default()
-        .event("message")
-        .data(String::from_utf8_lossy(json)))
+    Ok(Event::default().event("message").data(String::from_utf8_lossy(json)))
 }
 
 /// Send `request` to mcp-service and build the reply. `id` is echoed in edge-made errors.
@@ -113,19 +107,13 @@ pub async fn forward(
         async move {
             if let Some(frame) = pending {
                 let done = frame.disposition() != Disposition::Interim;
-                return Some((
-                    sse_event(&frame.json),
-                    (None, if done { None } else { frames }),
-                ));
+                return Some((sse_event(&frame.json), (None, if done { None } else { frames })));
             }
             let mut frames = frames?;
             match frames.message().await {
                 Ok(Some(frame)) => {
                     let done = frame.disposition() != Disposition::Interim;
-                    Some((
-                        sse_event(&frame.json),
-                        (None, if done { None } else { Some(frames) }),
-                    ))
+                    Some((sse_event(&frame.json), (None, if done { None } else { Some(frames) })))
                 }
                 Ok(None) => None,
                 Err(status) => {
@@ -141,12 +129,37 @@ pub async fn forward(
             }
         }
     });
-    let mut resp = Sse::new(events)
-        .keep_alive(KeepAlive::default())
-        .into_response();
-    resp.headers_mut()
-        .insert("x-accel-buffering", HeaderValue::from_static("no"));
-    resp.headers_mut()
-        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    let mut resp = Sse::new(events).keep_alive(KeepAlive::default()).into_response();
+    resp.headers_mut().insert("x-accel-buffering", HeaderValue::from_static("no"));
+    resp.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    resp
+}
+
+/// A legacy session's standalone stream as SSE, until either side leaves.
+pub async fn listen(mut client: McpServiceClient<Channel>, request: pb::ListenRequest) -> Response {
+    let frames = match client.listen(request).await {
+        Ok(r) => r.into_inner(),
+        Err(status) if status.code() == tonic::Code::NotFound => {
+            return rpc_error(StatusCode::NOT_FOUND, None, ErrorCode(-32001), "Session not found");
+        }
+        Err(status) => {
+            tracing::warn!(error = %status.message(), "mcp-service listen failed");
+            return rpc_error(
+                StatusCode::BAD_GATEWAY,
+                None,
+                ErrorCode::INTERNAL_ERROR,
+                "Internal error: upstream unavailable",
+            );
+        }
+    };
+    let events = stream::unfold(frames, |mut frames| async move {
+        match frames.message().await {
+            Ok(Some(frame)) => Some((sse_event(&frame.json), frames)),
+            _ => None,
+        }
+    });
+    let mut resp = Sse::new(events).keep_alive(KeepAlive::default()).into_response();
+    resp.headers_mut().insert("x-accel-buffering", HeaderValue::from_static("no"));
+    resp.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
     resp
 }

@@ -35,9 +35,7 @@ fn is_loopback_host(host: &str) -> bool {
     let host = host.trim_end_matches('.');
     host.eq_ignore_ascii_case("localhost")
         || host.to_ascii_lowercase().ends_with(".localhost")
-        || host
-            .parse::<std::net::Ipv4Addr>()
-            .is_ok_and(|ip| ip.is_loopback())
+        || host.parse::<std::net::Ipv4Addr>().is_ok_and(|ip| ip.is_loopback())
         || host == "[::1]"
         || host == "::1"
 }
@@ -45,33 +43,18 @@ fn is_loopback_host(host: &str) -> bool {
 /// The host name of a `Host` header value (`name[:port]`, `[v6][:port]`).
 fn host_name(value: &str) -> &str {
     if let Some(rest) = value.strip_prefix('[') {
-        return rest
-            .split(']')
-            .next()
-            .map_or(value, |h| &value[..h.len() + 2]);
+        return rest.split(']').next().map_or(value, |h| &value[..h.len() + 2]);
     }
-    value.rsplit_once(':').map_or(value, |(h, port)| {
-        if port.bytes().all(|b| b.is_ascii_digit()) {
-            h
-        } else {
-            value
-        }
-    })
+    value.rsplit_once(':').map_or(value, |(h, port)| if port.bytes().all(|b| b.is_ascii_digit()) { h } else { value })
 }
 
 impl OriginPolicy {
     /// DNS-rebinding protection: `Host` must name this server, and a browser's `Origin`, when
     /// present, must be an allowed one.
     pub fn check(&self, headers: &HeaderMap) -> Result<(), Refusal> {
-        let host = headers
-            .get(HOST)
-            .and_then(|h| h.to_str().ok())
-            .map(host_name);
+        let host = headers.get(HOST).and_then(|h| h.to_str().ok()).map(host_name);
         if let Some(host) = host {
-            let listed = self
-                .allowed_hosts
-                .iter()
-                .any(|a| a.eq_ignore_ascii_case(host));
+            let listed = self.allowed_hosts.iter().any(|a| a.eq_ignore_ascii_case(host));
             let ok = if !self.allowed_hosts.is_empty() {
                 listed || (self.loopback_only && is_loopback_host(host))
             } else {
@@ -82,13 +65,9 @@ impl OriginPolicy {
             }
         }
         if let Some(origin) = headers.get(ORIGIN) {
-            let origin = origin
-                .to_str()
-                .map_err(|_| Refusal::Forbidden("malformed Origin".into()))?;
+            let origin = origin.to_str().map_err(|_| Refusal::Forbidden("malformed Origin".into()))?;
             if !self.origin_allowed(origin) {
-                return Err(Refusal::Forbidden(format!(
-                    "Origin `{origin}` is not allowed"
-                )));
+                return Err(Refusal::Forbidden(format!("Origin `{origin}` is not allowed")));
             }
         }
         Ok(())
@@ -96,17 +75,12 @@ impl OriginPolicy {
 
     /// Loopback origins and configured ones; never `null`.
     pub fn origin_allowed(&self, origin: &str) -> bool {
-        if self
-            .allowed_origins
-            .iter()
-            .any(|a| a == "*" || a.eq_ignore_ascii_case(origin))
-        {
+        if self.allowed_origins.iter().any(|a| a == "*" || a.eq_ignore_ascii_case(origin)) {
             return true;
         }
         match url::Url::parse(origin) {
             Ok(u) if matches!(u.scheme(), "http" | "https") => {
-                u.host_str().is_some_and(is_loopback_host)
-                    && (self.loopback_only || self.allowed_origins.is_empty())
+                u.host_str().is_some_and(is_loopback_host) && (self.loopback_only || self.allowed_origins.is_empty())
             }
             _ => false,
         }
@@ -120,11 +94,7 @@ pub fn check_content_type(headers: &HeaderMap) -> Result<(), Refusal> {
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.split(';').next())
         .is_some_and(|t| t.trim().eq_ignore_ascii_case("application/json"));
-    if ok {
-        Ok(())
-    } else {
-        Err(Refusal::UnsupportedMediaType)
-    }
+    if ok { Ok(()) } else { Err(Refusal::UnsupportedMediaType) }
 }
 
 /// What the client accepts. Lenient: a missing `Accept`, or one that names only JSON, still
@@ -136,64 +106,34 @@ pub struct Accepts {
 }
 
 pub fn accepts(headers: &HeaderMap) -> Result<Accepts, Refusal> {
-    let values: Vec<&str> = headers
-        .get_all(ACCEPT)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .collect();
+    let values: Vec<&str> = headers.get_all(ACCEPT).iter().filter_map(|v| v.to_str().ok()).collect();
     if values.is_empty() {
-        return Ok(Accepts {
-            json: true,
-            stream: true,
-        });
+        return Ok(Accepts { json: true, stream: true });
     }
-    let mut acc = Accepts {
-        json: false,
-        stream: false,
-    };
+    let mut acc = Accepts { json: false, stream: false };
     for range in values.iter().flat_map(|v| v.split(',')) {
         let mut parts = range.split(';');
         let media = parts.next().unwrap_or_default().trim().to_ascii_lowercase();
         // `q=0` means "not acceptable".
-        if parts.any(|p| {
-            p.trim()
-                .replace(' ', "")
-                .trim_start_matches("q=")
-                .parse::<f32>()
-                == Ok(0.0)
-        }) {
+        if parts.any(|p| p.trim().replace(' ', "").trim_start_matches("q=").parse::<f32>() == Ok(0.0)) {
             continue;
         }
         match media.as_str() {
-            "*/*" => {
-                acc = Accepts {
-                    json: true,
-                    stream: true,
-                }
-            }
+            "*/*" => acc = Accepts { json: true, stream: true },
             "application/*" | "application/json" => acc.json = true,
             "text/*" | "text/event-stream" => acc.stream = true,
             _ => {}
         }
     }
-    if acc.json || acc.stream {
-        Ok(acc)
-    } else {
-        Err(Refusal::NotAcceptable)
-    }
+    if acc.json || acc.stream { Ok(acc) } else { Err(Refusal::NotAcceptable) }
 }
 
 /// The single value of a header: absent is `None`; repeated or undecodable is a mismatch.
-fn single<'h>(
-    headers: &'h HeaderMap,
-    name: &str,
-) -> Result<Option<&'h http::HeaderValue>, Refusal> {
+fn single<'h>(headers: &'h HeaderMap, name: &str) -> Result<Option<&'h http::HeaderValue>, Refusal> {
     let mut all = headers.get_all(name).iter();
     let first = all.next();
     if all.next().is_some() {
-        return Err(Refusal::HeaderMismatch(format!(
-            "Header mismatch: {name} appears more than once"
-        )));
+        return Err(Refusal::HeaderMismatch(format!("Header mismatch: {name} appears more than once")));
     }
     Ok(first)
 }
@@ -202,53 +142,40 @@ fn single<'h>(
 pub fn protocol_version(headers: &HeaderMap) -> Result<Option<String>, Refusal> {
     match single(headers, header::PROTOCOL_VERSION)? {
         None => Ok(None),
-        Some(v) => header_codec::decode(v.as_bytes()).map(Some).map_err(|e| {
-            Refusal::HeaderMismatch(format!("Header mismatch: MCP-Protocol-Version {e}"))
-        }),
+        Some(v) => header_codec::decode(v.as_bytes())
+            .map(Some)
+            .map_err(|e| Refusal::HeaderMismatch(format!("Header mismatch: MCP-Protocol-Version {e}"))),
     }
 }
 
 /// 2026-07-28 routing headers: `MCP-Protocol-Version` must equal `_meta`'s version,
 /// `Mcp-Method` the method, and `Mcp-Name` the tool or prompt name or resource URI.
 /// Values compare case-sensitively after trimming and Base64-sentinel decoding.
-pub fn check_modern_headers(
-    headers: &HeaderMap,
-    env: &Envelope<'_>,
-    version: Option<&str>,
-) -> Result<(), Refusal> {
+pub fn check_modern_headers(headers: &HeaderMap, env: &Envelope<'_>, version: Option<&str>) -> Result<(), Refusal> {
     let mismatch = |m: String| Refusal::HeaderMismatch(format!("Header mismatch: {m}"));
     let body_version = env.meta_version_str();
     match (version, body_version.as_deref()) {
         (None, _) => return Err(mismatch("missing MCP-Protocol-Version header".into())),
         (Some(h), Some(b)) if h != b => {
-            return Err(mismatch(format!(
-                "MCP-Protocol-Version header value '{h}' does not match body value '{b}'"
-            )));
+            return Err(mismatch(format!("MCP-Protocol-Version header value '{h}' does not match body value '{b}'")));
         }
         _ => {}
     }
     let method = single(headers, header::METHOD)?
-        .map(|v| {
-            header_codec::decode(v.as_bytes()).map_err(|e| mismatch(format!("Mcp-Method {e}")))
-        })
+        .map(|v| header_codec::decode(v.as_bytes()).map_err(|e| mismatch(format!("Mcp-Method {e}"))))
         .transpose()?;
     match method {
         None if env.kind == mcp_proto::envelope::Kind::Request => {
             return Err(mismatch("missing Mcp-Method header".into()));
         }
         Some(m) if m != env.method => {
-            return Err(mismatch(format!(
-                "Mcp-Method header value '{m}' does not match body value '{}'",
-                env.method
-            )));
+            return Err(mismatch(format!("Mcp-Method header value '{m}' does not match body value '{}'", env.method)));
         }
         _ => {}
     }
     if let Some(target) = env.name_target() {
         let name = single(headers, header::NAME)?
-            .map(|v| {
-                header_codec::decode(v.as_bytes()).map_err(|e| mismatch(format!("Mcp-Name {e}")))
-            })
+            .map(|v| header_codec::decode(v.as_bytes()).map_err(|e| mismatch(format!("Mcp-Name {e}"))))
             .transpose()?;
         match (name, target.value) {
             // Nothing in the body to compare with: the request itself is malformed, which the
@@ -296,32 +223,14 @@ mod tests {
 
     #[test]
     fn loopback_policy() {
-        let p = OriginPolicy {
-            loopback_only: true,
-            ..Default::default()
-        };
+        let p = OriginPolicy { loopback_only: true, ..Default::default() };
         for host in ["localhost:8080", "127.0.0.1:1", "[::1]:9", "localhost"] {
             assert_eq!(p.check(&headers(&[("host", host)])), Ok(()), "{host}");
         }
         assert!(p.check(&headers(&[("host", "evil.example.com")])).is_err());
-        assert!(
-            p.check(&headers(&[
-                ("host", "localhost:1"),
-                ("origin", "http://evil.example.com")
-            ]))
-            .is_err()
-        );
-        assert!(
-            p.check(&headers(&[("host", "localhost:1"), ("origin", "null")]))
-                .is_err()
-        );
-        assert_eq!(
-            p.check(&headers(&[
-                ("host", "localhost:1"),
-                ("origin", "http://localhost:6274")
-            ])),
-            Ok(())
-        );
+        assert!(p.check(&headers(&[("host", "localhost:1"), ("origin", "http://evil.example.com")])).is_err());
+        assert!(p.check(&headers(&[("host", "localhost:1"), ("origin", "null")])).is_err());
+        assert_eq!(p.check(&headers(&[("host", "localhost:1"), ("origin", "http://localhost:6274")])), Ok(()));
     }
 
     #[test]
@@ -333,74 +242,26 @@ mod tests {
         };
         assert_eq!(p.check(&headers(&[("host", "mcp.example.com")])), Ok(()));
         assert!(p.check(&headers(&[("host", "other.example.com")])).is_err());
-        assert_eq!(
-            p.check(&headers(&[
-                ("host", "mcp.example.com"),
-                ("origin", "https://app.example.com")
-            ])),
-            Ok(())
-        );
-        assert!(
-            p.check(&headers(&[
-                ("host", "mcp.example.com"),
-                ("origin", "http://localhost:3000")
-            ]))
-            .is_err()
-        );
+        assert_eq!(p.check(&headers(&[("host", "mcp.example.com"), ("origin", "https://app.example.com")])), Ok(()));
+        assert!(p.check(&headers(&[("host", "mcp.example.com"), ("origin", "http://localhost:3000")])).is_err());
     }
 
     #[test]
     fn accept_variants() {
+        assert_eq!(accepts(&headers(&[])), Ok(Accepts { json: true, stream: true }));
         assert_eq!(
-            accepts(&headers(&[])),
-            Ok(Accepts {
-                json: true,
-                stream: true
-            })
+            accepts(&headers(&[("accept", "application/json, text/event-stream")])),
+            Ok(Accepts { json: true, stream: true })
         );
-        assert_eq!(
-            accepts(&headers(&[(
-                "accept",
-                "application/json, text/event-stream"
-            )])),
-            Ok(Accepts {
-                json: true,
-                stream: true
-            })
-        );
-        assert_eq!(
-            accepts(&headers(&[("accept", "application/json")])),
-            Ok(Accepts {
-                json: true,
-                stream: false
-            })
-        );
-        assert_eq!(
-            accepts(&headers(&[("accept", "*/*")])),
-            Ok(Accepts {
-                json: true,
-                stream: true
-            })
-        );
-        assert_eq!(
-            accepts(&headers(&[("accept", "text/html")])),
-            Err(Refusal::NotAcceptable)
-        );
-        assert_eq!(
-            accepts(&headers(&[("accept", "application/json;q=0, text/html")])),
-            Err(Refusal::NotAcceptable)
-        );
+        assert_eq!(accepts(&headers(&[("accept", "application/json")])), Ok(Accepts { json: true, stream: false }));
+        assert_eq!(accepts(&headers(&[("accept", "*/*")])), Ok(Accepts { json: true, stream: true }));
+        assert_eq!(accepts(&headers(&[("accept", "text/html")])), Err(Refusal::NotAcceptable));
+        assert_eq!(accepts(&headers(&[("accept", "application/json;q=0, text/html")])), Err(Refusal::NotAcceptable));
     }
 
     #[test]
     fn content_type() {
-        assert!(
-            check_content_type(&headers(&[(
-                "content-type",
-                "application/json; charset=utf-8"
-            )]))
-            .is_ok()
-        );
+        assert!(check_content_type(&headers(&[("content-type", "application/json; charset=utf-8")])).is_ok());
         assert!(check_content_type(&headers(&[("content-type", "text/plain")])).is_err());
         assert!(check_content_type(&headers(&[])).is_err());
     }
@@ -408,16 +269,10 @@ mod tests {
     #[test]
     fn modern_headers_match() {
         let e = env(CALL);
-        let ok = headers(&[
-            ("mcp-protocol-version", "2026-07-28"),
-            ("mcp-method", "tools/call"),
-            ("mcp-name", "  echo "),
-        ]);
+        let ok =
+            headers(&[("mcp-protocol-version", "2026-07-28"), ("mcp-method", "tools/call"), ("mcp-name", "  echo ")]);
         assert_eq!(check_modern_headers(&ok, &e, Some("2026-07-28")), Ok(()));
-        let b64 = headers(&[
-            ("mcp-method", "tools/call"),
-            ("mcp-name", "=?base64?ZWNobw==?="),
-        ]);
+        let b64 = headers(&[("mcp-method", "tools/call"), ("mcp-name", "=?base64?ZWNobw==?=")]);
         assert_eq!(check_modern_headers(&b64, &e, Some("2026-07-28")), Ok(()));
     }
 
@@ -427,39 +282,17 @@ mod tests {
         type Case<'a> = (&'a [(&'a str, &'a str)], Option<&'a str>);
         let cases: &[Case<'_>] = &[
             (&[("mcp-method", "tools/call"), ("mcp-name", "echo")], None),
-            (
-                &[("mcp-method", "tools/call"), ("mcp-name", "echo")],
-                Some("2025-11-25"),
-            ),
+            (&[("mcp-method", "tools/call"), ("mcp-name", "echo")], Some("2025-11-25")),
             (&[("mcp-name", "echo")], Some("2026-07-28")),
-            (
-                &[("mcp-method", "TOOLS/CALL"), ("mcp-name", "echo")],
-                Some("2026-07-28"),
-            ),
+            (&[("mcp-method", "TOOLS/CALL"), ("mcp-name", "echo")], Some("2026-07-28")),
             (&[("mcp-method", "tools/call")], Some("2026-07-28")),
-            (
-                &[("mcp-method", "tools/call"), ("mcp-name", "other")],
-                Some("2026-07-28"),
-            ),
-            (
-                &[("mcp-method", "tools/call"), ("mcp-name", "=?base64?!!?=")],
-                Some("2026-07-28"),
-            ),
-            (
-                &[
-                    ("mcp-method", "tools/call"),
-                    ("mcp-method", "tools/call"),
-                    ("mcp-name", "echo"),
-                ],
-                Some("2026-07-28"),
-            ),
+            (&[("mcp-method", "tools/call"), ("mcp-name", "other")], Some("2026-07-28")),
+            (&[("mcp-method", "tools/call"), ("mcp-name", "=?base64?!!?=")], Some("2026-07-28")),
+            (&[("mcp-method", "tools/call"), ("mcp-method", "tools/call"), ("mcp-name", "echo")], Some("2026-07-28")),
         ];
         for (pairs, version) in cases {
             let r = check_modern_headers(&headers(pairs), &e, *version);
-            assert!(
-                matches!(r, Err(Refusal::HeaderMismatch(_))),
-                "{pairs:?} {version:?}: {r:?}"
-            );
+            assert!(matches!(r, Err(Refusal::HeaderMismatch(_))), "{pairs:?} {version:?}: {r:?}");
         }
     }
 }

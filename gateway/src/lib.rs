@@ -37,10 +37,7 @@ pub use config::Config;
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     #[error("cannot listen on {addr}: {source}")]
-    Bind {
-        addr: SocketAddr,
-        source: std::io::Error,
-    },
+    Bind { addr: SocketAddr, source: std::io::Error },
     #[error("{0}")]
     Config(String),
     #[error("HTTP server failed: {0}")]
@@ -55,33 +52,16 @@ pub enum Error {
 
 /// Bind the configured address and serve until `shutdown`.
 pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), Error> {
-    let listener = TcpListener::bind(config.listen)
-        .await
-        .map_err(|source| Error::Bind {
-            addr: config.listen,
-            source,
-        })?;
+    let listener =
+        TcpListener::bind(config.listen).await.map_err(|source| Error::Bind { addr: config.listen, source })?;
     serve(listener, config, shutdown).await
 }
 
 /// Serve HTTP on a bound listener until `shutdown`, then drain for up to the grace period.
-pub async fn serve(
-    listener: TcpListener,
-    config: Config,
-    shutdown: CancellationToken,
-) -> Result<(), Error> {
-    let addr = listener.local_addr().map_err(|source| Error::Bind {
-        addr: config.listen,
-        source,
-    })?;
-    let mcp_url = config
-        .mcp_service
-        .clone()
-        .ok_or_else(|| Error::Config("mcp_service: not set".into()))?;
-    let oauth_url = config
-        .oauth_service
-        .clone()
-        .ok_or_else(|| Error::Config("oauth_service: not set".into()))?;
+pub async fn serve(listener: TcpListener, config: Config, shutdown: CancellationToken) -> Result<(), Error> {
+    let addr = listener.local_addr().map_err(|source| Error::Bind { addr: config.listen, source })?;
+    let mcp_url = config.mcp_service.clone().ok_or_else(|| Error::Config("mcp_service: not set".into()))?;
+    let oauth_url = config.oauth_service.clone().ok_or_else(|| Error::Config("oauth_service: not set".into()))?;
     let channel = Endpoint::from_shared(mcp_url.clone())
         .map_err(|e| Error::Config(format!("mcp_service: invalid URL `{mcp_url}`: {e}")))?
         .connect_timeout(Duration::from_secs(5))

@@ -21,21 +21,14 @@ pub struct OAuthProxy {
 
 impl OAuthProxy {
     pub fn new(base: &str) -> Result<Self, String> {
-        let base: Uri = base
-            .parse()
-            .map_err(|e| format!("oauth_service: invalid URL `{base}`: {e}"))?;
+        let base: Uri = base.parse().map_err(|e| format!("oauth_service: invalid URL `{base}`: {e}"))?;
         if base.scheme_str() != Some("http") || base.authority().is_none() {
-            return Err(format!(
-                "oauth_service: `{base}` must be an http://host:port URL"
-            ));
+            return Err(format!("oauth_service: `{base}` must be an http://host:port URL"));
         }
         let mut connector = HttpConnector::new();
         connector.set_connect_timeout(Some(Duration::from_secs(5)));
         connector.set_nodelay(true);
-        Ok(Self {
-            client: Client::builder(TokioExecutor::new()).build(connector),
-            base,
-        })
+        Ok(Self { client: Client::builder(TokioExecutor::new()).build(connector), base })
     }
 }
 

@@ -12,12 +12,8 @@ use crate::{Config, Error};
 
 async fn loopback() -> Result<(TcpListener, SocketAddr), Error> {
     let any: SocketAddr = ([127, 0, 0, 1], 0).into();
-    let listener = TcpListener::bind(any)
-        .await
-        .map_err(|source| Error::Bind { addr: any, source })?;
-    let addr = listener
-        .local_addr()
-        .map_err(|source| Error::Bind { addr: any, source })?;
+    let listener = TcpListener::bind(any).await.map_err(|source| Error::Bind { addr: any, source })?;
+    let addr = listener.local_addr().map_err(|source| Error::Bind { addr: any, source })?;
     Ok((listener, addr))
 }
 
@@ -27,62 +23,30 @@ pub async fn run(mut config: Config, shutdown: CancellationToken) -> Result<(), 
     let inner = CancellationToken::new();
     let mut tasks = JoinSet::new();
 
-    let registry_config = registry_service::Config {
-        definitions: config.definitions.clone(),
-        ..Default::default()
-    };
+    let registry_config = registry_service::Config { definitions: config.definitions.clone(), ..Default::default() };
     let catalog = registry_service::load_catalog(&registry_config)?;
     let (listener, registry_addr) = loopback().await?;
-    tasks.spawn(component(registry_service::serve(
-        listener,
-        catalog,
-        inner.clone(),
-    )));
+    tasks.spawn(component(registry_service::serve(listener, catalog, inner.clone())));
 
-    let mcp_config = mcp_service::Config {
-        registry: Some(format!("http://{registry_addr}")),
-        ..Default::default()
-    };
+    let mcp_config = mcp_service::Config { registry: Some(format!("http://{registry_addr}")), ..Default::default() };
     let engine = mcp_service::engine(&mcp_config, &inner).await?;
     let (listener, mcp_addr) = loopback().await?;
-    tasks.spawn(component(mcp_service::serve(
-        listener,
-        engine,
-        inner.clone(),
-    )));
+    tasks.spawn(component(mcp_service::serve(listener, engine, inner.clone())));
 
     let gateway_listener =
-        TcpListener::bind(config.listen)
-            .await
-            .map_err(|source| Error::Bind {
-                addr: config.listen,
-                source,
-            })?;
-    let gateway_addr = gateway_listener
-        .local_addr()
-        .map_err(|source| Error::Bind {
-            addr: config.listen,
-            source,
-        })?;
+        TcpListener::bind(config.listen).await.map_err(|source| Error::Bind { addr: config.listen, source })?;
+    let gateway_addr = gateway_listener.local_addr().map_err(|source| Error::Bind { addr: config.listen, source })?;
     let issuer = match &config.public_url {
         Some(u) => u.clone(),
-        None => url::Url::parse(&format!("http://{gateway_addr}"))
-            .map_err(|e| Error::Config(e.to_string()))?,
+        None => url::Url::parse(&format!("http://{gateway_addr}")).map_err(|e| Error::Config(e.to_string()))?,
     };
     let oauth_config = oauth_service::Config {
         issuer,
-        database: Some(format!(
-            "sqlite://{}",
-            config.data_dir.join("oauth.db").display()
-        )),
+        database: Some(format!("sqlite://{}", config.data_dir.join("oauth.db").display())),
         ..Default::default()
     };
     let (listener, oauth_addr) = loopback().await?;
-    tasks.spawn(component(oauth_service::serve(
-        listener,
-        oauth_config,
-        inner.clone(),
-    )));
+    tasks.spawn(component(oauth_service::serve(listener, oauth_config, inner.clone())));
 
     config.mcp_service = Some(format!("http://{mcp_addr}"));
     config.oauth_service = Some(format!("http://{oauth_addr}"));

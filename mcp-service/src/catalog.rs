@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use mcp_proto::registry::{self as pb, registry_client::RegistryClient};
 use serde_json::Value;
-use tokio::sync::watch;
+use tokio::sync::{broadcast, watch};
 use tokio_util::sync::CancellationToken;
 use tonic::transport::Channel;
 
@@ -41,42 +41,18 @@ impl CatalogView {
             let def = serde_json::from_slice(json).unwrap_or(Value::Null);
             Item { key, def, scopes }
         }
-        let tools: Vec<Item> = c
-            .tools
-            .into_iter()
-            .map(|t| item(t.name, &t.json, t.scopes))
-            .collect();
-        let prompts: Vec<Item> = c
-            .prompts
-            .into_iter()
-            .map(|p| item(p.name, &p.json, p.scopes))
-            .collect();
+        let tools: Vec<Item> = c.tools.into_iter().map(|t| item(t.name, &t.json, t.scopes)).collect();
+        let prompts: Vec<Item> = c.prompts.into_iter().map(|p| item(p.name, &p.json, p.scopes)).collect();
         Self {
             version: c.version,
             server_info: serde_json::from_slice(&c.server_info_json).unwrap_or(Value::Null),
             instructions: c.instructions,
-            tool_index: tools
-                .iter()
-                .enumerate()
-                .map(|(i, t)| (t.key.clone(), i))
-                .collect(),
-            prompt_index: prompts
-                .iter()
-                .enumerate()
-                .map(|(i, p)| (p.key.clone(), i))
-                .collect(),
+            tool_index: tools.iter().enumerate().map(|(i, t)| (t.key.clone(), i)).collect(),
+            prompt_index: prompts.iter().enumerate().map(|(i, p)| (p.key.clone(), i)).collect(),
             tools,
             prompts,
-            resources: c
-                .resources
-                .into_iter()
-                .map(|r| item(r.uri, &r.json, r.scopes))
-                .collect(),
-            templates: c
-                .resource_templates
-                .into_iter()
-                .map(|t| item(t.uri_template, &t.json, t.scopes))
-                .collect(),
+            resources: c.resources.into_iter().map(|r| item(r.uri, &r.json, r.scopes)).collect(),
+            templates: c.resource_templates.into_iter().map(|t| item(t.uri_template, &t.json, t.scopes)).collect(),
         }
     }
 
@@ -89,10 +65,20 @@ impl CatalogView {
     }
 }
 
+/// A change clients may be told about.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CatalogEvent {
+    /// Which lists changed between two catalog versions.
+    ListsChanged { tools: bool, resources: bool, prompts: bool },
+    /// A resource's contents changed.
+    ResourceUpdated(String),
+}
+
 /// Follows the registry and always holds its latest catalog (once the first one arrived).
 #[derive(Clone)]
 pub struct CatalogCache {
     rx: watch::Receiver<Option<Arc<CatalogView>>>,
+    events: broadcast::Sender<CatalogEvent>,
 }
 
 // === impl CatalogCache ===
@@ -101,8 +87,14 @@ impl CatalogCache {
     /// Start following `client`'s catalog until `shutdown`.
     pub fn follow(client: RegistryClient<Channel>, shutdown: CancellationToken) -> Self {
         let (tx, rx) = watch::channel(None);
-        tokio::spawn(follow(client, tx, shutdown));
-        Self { rx }
+        let (events, _) = broadcast::channel(256);
+        tokio::spawn(follow(client, tx, events.clone(), shutdown));
+        Self { rx, events }
+    }
+
+    /// Changes from now on.
+    pub fn events(&self) -> broadcast::Receiver<CatalogEvent> {
+        self.events.subscribe()
     }
 
     pub fn current(&self) -> Option<Arc<CatalogView>> {
@@ -115,17 +107,25 @@ impl CatalogCache {
             return Some(c);
         }
         let mut rx = self.rx.clone();
-        tokio::time::timeout(timeout, rx.wait_for(Option::is_some))
-            .await
-            .ok()?
-            .ok()?
-            .clone()
+        tokio::time::timeout(timeout, rx.wait_for(Option::is_some)).await.ok()?.ok()?.clone()
+    }
+}
+
+fn lists_changed(old: &CatalogView, new: &CatalogView) -> CatalogEvent {
+    fn same(a: &[Item], b: &[Item]) -> bool {
+        a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.key == y.key && x.def == y.def && x.scopes == y.scopes)
+    }
+    CatalogEvent::ListsChanged {
+        tools: !same(&old.tools, &new.tools),
+        resources: !same(&old.resources, &new.resources) || !same(&old.templates, &new.templates),
+        prompts: !same(&old.prompts, &new.prompts),
     }
 }
 
 async fn follow(
     mut client: RegistryClient<Channel>,
     tx: watch::Sender<Option<Arc<CatalogView>>>,
+    events: broadcast::Sender<CatalogEvent>,
     shutdown: CancellationToken,
 ) {
     let mut backoff = Duration::from_millis(50);
@@ -133,18 +133,19 @@ async fn follow(
         let attempt = async {
             let mut changes = client.watch(pb::WatchRequest {}).await?.into_inner();
             while let Some(change) = changes.message().await? {
+                for uri in change.updated_uris {
+                    let _ = events.send(CatalogEvent::ResourceUpdated(uri));
+                }
                 let have = tx.borrow().as_ref().map(|c| c.version);
                 if have == Some(change.version) {
                     continue;
                 }
                 let snapshot = client.snapshot(pb::SnapshotRequest {}).await?.into_inner();
-                let view = CatalogView::from_proto(snapshot);
-                tracing::info!(
-                    version = view.version,
-                    tools = view.tools.len(),
-                    "catalog loaded"
-                );
-                tx.send_replace(Some(Arc::new(view)));
+                let view = Arc::new(CatalogView::from_proto(snapshot));
+                tracing::info!(version = view.version, tools = view.tools.len(), "catalog loaded");
+                if let Some(old) = tx.send_replace(Some(view.clone())) {
+                    let _ = events.send(lists_changed(&old, &view));
+                }
                 backoff = Duration::from_millis(50);
             }
             Ok::<(), tonic::Status>(())

@@ -2,7 +2,6 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
@@ -23,6 +22,9 @@ pub struct Config {
     pub list_ttl_ms: u64,
     /// `ttlMs` of `resources/read` results (2026-07-28).
     pub read_ttl_ms: u64,
+    /// Secret that seals `requestState` and legacy session ids; every replica needs the same
+    /// one (random per process when unset).
+    pub state_secret: Option<String>,
 }
 
 impl Default for Config {
@@ -35,6 +37,7 @@ impl Default for Config {
             page_size: s.page_size,
             list_ttl_ms: s.list_ttl_ms,
             read_ttl_ms: s.read_ttl_ms,
+            state_secret: None,
         }
     }
 }
@@ -45,18 +48,14 @@ impl Config {
             page_size: self.page_size.max(1),
             list_ttl_ms: self.list_ttl_ms,
             read_ttl_ms: self.read_ttl_ms,
-            catalog_wait: Duration::from_secs(10),
+            ..Settings::default()
         }
     }
 }
 
 /// Command-line flags; only the ones given override the file and environment.
 #[derive(Debug, clap::Parser, Serialize)]
-#[command(
-    name = "mcp-service",
-    version,
-    about = "The MCP JSON-RPC engine (gRPC or stdio)"
-)]
+#[command(name = "mcp-service", version, about = "The MCP JSON-RPC engine (gRPC or stdio)")]
 pub struct Cli {
     /// Address to listen on (gRPC), e.g. 127.0.0.1:50051.
     #[arg(long)]

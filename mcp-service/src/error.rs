@@ -29,6 +29,16 @@ pub enum Error {
     ResourceNotFound(String),
     #[error("Invalid cursor")]
     InvalidCursor,
+    /// The request needs client capabilities it did not declare (`ClientCapabilities`).
+    #[error("Missing required client capability")]
+    MissingCapability(Value),
+    #[error("Invalid params: {0}")]
+    InvalidRequestState(String),
+    /// The client answered a server-to-client request with an error.
+    #[error("The client declined: {0}")]
+    ClientDeclined(String),
+    #[error("Session not found")]
+    SessionNotFound,
     #[error("Internal error")]
     Internal(String),
 }
@@ -43,7 +53,12 @@ impl Error {
             | Self::InvalidParams(_)
             | Self::UnknownTool(_)
             | Self::UnknownPrompt(_)
-            | Self::InvalidCursor => ErrorCode::INVALID_PARAMS,
+            | Self::InvalidCursor
+            | Self::InvalidRequestState(_) => ErrorCode::INVALID_PARAMS,
+            Self::MissingCapability(_) if era == Era::Modern => ErrorCode::MISSING_CLIENT_CAPABILITY,
+            Self::MissingCapability(_) => ErrorCode::INVALID_PARAMS,
+            Self::ClientDeclined(_) => ErrorCode::INTERNAL_ERROR,
+            Self::SessionNotFound => ErrorCode(-32001),
             Self::UnsupportedVersion { .. } => ErrorCode::UNSUPPORTED_PROTOCOL_VERSION,
             Self::MethodNotFound(_) => ErrorCode::METHOD_NOT_FOUND,
             Self::ResourceNotFound(_) => ErrorCode::resource_not_found(era),
@@ -61,6 +76,8 @@ impl Error {
             | Self::UnsupportedVersion { .. }
             | Self::InvalidLogLevel(_) => Disposition::Rejected,
             Self::MethodNotFound(_) if era == Era::Modern => Disposition::UnknownMethod,
+            Self::MissingCapability(_) if era == Era::Modern => Disposition::Rejected,
+            Self::SessionNotFound => Disposition::SessionNotFound,
             _ => Disposition::Reply,
         }
     }
@@ -71,6 +88,7 @@ impl Error {
                 Some(json!({ "supported": MODERN_REVISIONS, "requested": requested }))
             }
             Self::ResourceNotFound(uri) => Some(json!({ "uri": uri })),
+            Self::MissingCapability(caps) => Some(json!({ "requiredCapabilities": caps })),
             _ => None,
         }
     }
@@ -79,6 +97,11 @@ impl Error {
     pub fn message(&self) -> String {
         match self {
             Self::Internal(_) => "Internal error".to_owned(),
+            Self::MissingCapability(caps) => {
+                let names: Vec<&str> =
+                    caps.as_object().map(|m| m.keys().map(String::as_str).collect()).unwrap_or_default();
+                format!("Server requires the {} capability for this request", names.join(", "))
+            }
             other => other.to_string(),
         }
     }

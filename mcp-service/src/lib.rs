@@ -16,11 +16,15 @@
 
 pub mod catalog;
 pub mod config;
+pub mod context;
 pub mod dispatch;
 pub mod error;
 pub mod methods;
 pub mod paging;
+pub mod request;
+pub mod seal;
 pub mod server;
+pub mod session;
 pub mod shape;
 pub mod stdio;
 
@@ -38,15 +42,9 @@ pub use dispatch::{Engine, Settings};
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
     #[error("cannot listen on {addr}: {source}")]
-    Bind {
-        addr: SocketAddr,
-        source: std::io::Error,
-    },
+    Bind { addr: SocketAddr, source: std::io::Error },
     #[error("invalid registry URL `{url}`: {source}")]
-    RegistryUrl {
-        url: String,
-        source: tonic::transport::Error,
-    },
+    RegistryUrl { url: String, source: tonic::transport::Error },
     #[error(transparent)]
     Registry(#[from] registry_service::Error),
     #[error("gRPC server failed: {0}")]
@@ -58,10 +56,7 @@ pub enum StartError {
 /// A lazily connecting client for registry-service at `url`.
 pub fn registry_client(url: &str) -> Result<RegistryClient<Channel>, StartError> {
     let endpoint = Endpoint::from_shared(url.to_owned())
-        .map_err(|source| StartError::RegistryUrl {
-            url: url.to_owned(),
-            source,
-        })?
+        .map_err(|source| StartError::RegistryUrl { url: url.to_owned(), source })?
         .connect_timeout(std::time::Duration::from_secs(5))
         .tcp_nodelay(true);
     Ok(RegistryClient::new(endpoint.connect_lazy()))
@@ -69,28 +64,19 @@ pub fn registry_client(url: &str) -> Result<RegistryClient<Channel>, StartError>
 
 /// The engine for `config`: against the configured registry, or against one started
 /// in this process on a loopback port when none is configured.
-pub async fn engine(
-    config: &Config,
-    shutdown: &CancellationToken,
-) -> Result<Arc<Engine>, StartError> {
+pub async fn engine(config: &Config, shutdown: &CancellationToken) -> Result<Arc<Engine>, StartError> {
     let url = match &config.registry {
         Some(url) => url.clone(),
         None => {
-            let registry_config = registry_service::Config {
-                definitions: config.definitions.clone(),
-                ..Default::default()
-            };
+            let registry_config =
+                registry_service::Config { definitions: config.definitions.clone(), ..Default::default() };
             let catalog = registry_service::load_catalog(&registry_config)?;
             let listener = TcpListener::bind(("127.0.0.1", 0))
                 .await
-                .map_err(|source| StartError::Bind {
-                    addr: ([127, 0, 0, 1], 0).into(),
-                    source,
-                })?;
-            let addr = listener.local_addr().map_err(|source| StartError::Bind {
-                addr: ([127, 0, 0, 1], 0).into(),
-                source,
-            })?;
+                .map_err(|source| StartError::Bind { addr: ([127, 0, 0, 1], 0).into(), source })?;
+            let addr = listener
+                .local_addr()
+                .map_err(|source| StartError::Bind { addr: ([127, 0, 0, 1], 0).into(), source })?;
             let token = shutdown.clone();
             tokio::spawn(async move {
                 if let Err(e) = registry_service::serve(listener, catalog, token).await {
@@ -102,36 +88,34 @@ pub async fn engine(
     };
     let client = registry_client(&url)?;
     let cache = catalog::CatalogCache::follow(client.clone(), shutdown.clone());
-    Ok(Arc::new(Engine::new(client, cache, config.settings())))
+    let sealer = match &config.state_secret {
+        Some(secret) => seal::Sealer::new(secret.as_bytes()),
+        None => {
+            if config.registry.is_some() {
+                tracing::warn!(
+                    "no state_secret configured: request states and session ids are valid only in this process"
+                );
+            }
+            seal::Sealer::random()
+        }
+    };
+    Ok(Engine::new(client, cache, config.settings(), sealer, shutdown.clone()))
 }
 
 /// Bind the configured address and serve gRPC until `shutdown`.
 pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), StartError> {
     let engine = engine(&config, &shutdown).await?;
-    let listener = TcpListener::bind(config.listen)
-        .await
-        .map_err(|source| StartError::Bind {
-            addr: config.listen,
-            source,
-        })?;
+    let listener =
+        TcpListener::bind(config.listen).await.map_err(|source| StartError::Bind { addr: config.listen, source })?;
     serve(listener, engine, shutdown).await
 }
 
 /// Serve gRPC on a bound listener until `shutdown`.
-pub async fn serve(
-    listener: TcpListener,
-    engine: Arc<Engine>,
-    shutdown: CancellationToken,
-) -> Result<(), StartError> {
+pub async fn serve(listener: TcpListener, engine: Arc<Engine>, shutdown: CancellationToken) -> Result<(), StartError> {
     use mcp_proto::mcp::mcp_service_server::McpServiceServer;
-    let addr = listener.local_addr().map_err(|source| StartError::Bind {
-        addr: ([0, 0, 0, 0], 0).into(),
-        source,
-    })?;
+    let addr = listener.local_addr().map_err(|source| StartError::Bind { addr: ([0, 0, 0, 0], 0).into(), source })?;
     let (health, health_service) = tonic_health::server::health_reporter();
-    health
-        .set_serving::<McpServiceServer<server::McpGrpc>>()
-        .await;
+    health.set_serving::<McpServiceServer<server::McpGrpc>>().await;
     tracing::info!(service = "mcp-service", %addr, "listening");
     let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
     tonic::transport::Server::builder()
@@ -139,9 +123,7 @@ pub async fn serve(
         .add_service(McpServiceServer::new(server::McpGrpc::new(engine)))
         .serve_with_incoming_shutdown(incoming, async move {
             shutdown.cancelled().await;
-            health
-                .set_not_serving::<McpServiceServer<server::McpGrpc>>()
-                .await;
+            health.set_not_serving::<McpServiceServer<server::McpGrpc>>().await;
         })
         .await?;
     tracing::info!(service = "mcp-service", "stopped");

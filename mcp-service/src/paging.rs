@@ -13,21 +13,13 @@ pub fn encode(offset: usize) -> String {
 
 /// The offset a cursor points at; a cursor we did not issue is `Invalid cursor` (-32602).
 pub fn decode(cursor: &str) -> Result<usize, Error> {
-    let bytes = URL_SAFE_NO_PAD
-        .decode(cursor)
-        .map_err(|_| Error::InvalidCursor)?;
+    let bytes = URL_SAFE_NO_PAD.decode(cursor).map_err(|_| Error::InvalidCursor)?;
     let text = std::str::from_utf8(&bytes).map_err(|_| Error::InvalidCursor)?;
-    text.strip_prefix(TAG)
-        .and_then(|n| n.parse().ok())
-        .ok_or(Error::InvalidCursor)
+    text.strip_prefix(TAG).and_then(|n| n.parse().ok()).ok_or(Error::InvalidCursor)
 }
 
 /// One page of `items` starting at the cursor, and the cursor of the next page.
-pub fn page<'a, T>(
-    items: &'a [T],
-    cursor: Option<&str>,
-    size: usize,
-) -> Result<(&'a [T], Option<String>), Error> {
+pub fn page<'a, T>(items: &'a [T], cursor: Option<&str>, size: usize) -> Result<(&'a [T], Option<String>), Error> {
     let start = cursor.map(decode).transpose()?.unwrap_or(0);
     if start > items.len() {
         return Err(Error::InvalidCursor);
@@ -57,10 +49,7 @@ mod tests {
     fn rejects_foreign_cursors() {
         let items = [1, 2];
         for bad in ["", "!!", "bm9wZQ", &encode(99)] {
-            assert!(
-                matches!(page(&items, Some(bad), 2), Err(Error::InvalidCursor)),
-                "{bad}"
-            );
+            assert!(matches!(page(&items, Some(bad), 2), Err(Error::InvalidCursor)), "{bad}");
         }
     }
 }

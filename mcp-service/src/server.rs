@@ -1,4 +1,5 @@
-//! The `mcp.v1.McpService` gRPC service: one JSON-RPC body in, a stream of frames out.
+//! The `mcp.v1.McpService` gRPC service: one JSON-RPC body in, a stream of frames out; plus
+//! the legacy session's standalone stream and its end.
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -10,7 +11,8 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
 
-use crate::dispatch::{Context, Engine};
+use crate::context::{Context, Frame};
+use crate::dispatch::Engine;
 
 pub struct McpGrpc {
     engine: Arc<Engine>,
@@ -24,14 +26,21 @@ impl McpGrpc {
 
 type FrameStream = Pin<Box<dyn Stream<Item = Result<pb::McpFrame, Status>> + Send + 'static>>;
 
+fn frames(rx: mpsc::Receiver<Frame>) -> FrameStream {
+    Box::pin(ReceiverStream::new(rx).map(|f| {
+        Ok(pb::McpFrame {
+            json: f.json,
+            disposition: f.disposition as i32,
+            session_id: f.session_id.unwrap_or_default(),
+        })
+    }))
+}
+
 #[tonic::async_trait]
 impl McpService for McpGrpc {
     type HandleStream = FrameStream;
 
-    async fn handle(
-        &self,
-        request: Request<pb::McpRequest>,
-    ) -> Result<Response<Self::HandleStream>, Status> {
+    async fn handle(&self, request: Request<pb::McpRequest>) -> Result<Response<Self::HandleStream>, Status> {
         let req = request.into_inner();
         let ctx = Context {
             era: match req.era() {
@@ -43,18 +52,34 @@ impl McpService for McpGrpc {
             transport: req.transport(),
             principal: req.principal.clone(),
             session: None,
+            session_token: (!req.session_id.is_empty()).then(|| req.session_id.clone()),
+            accepts_stream: req.accepts_stream,
+            param_headers: req.param_headers.clone(),
         };
         let (tx, rx) = mpsc::channel(16);
         let engine = self.engine.clone();
         // When the caller goes away the channel closes and the work stops at its next send.
         tokio::spawn(async move { engine.handle(&req.body, &ctx, &tx).await });
-        let frames = ReceiverStream::new(rx).map(|f| {
-            Ok(pb::McpFrame {
-                json: f.json,
-                disposition: f.disposition as i32,
-                session_id: String::new(),
-            })
-        });
-        Ok(Response::new(Box::pin(frames)))
+        Ok(Response::new(frames(rx)))
+    }
+
+    type ListenStream = FrameStream;
+
+    async fn listen(&self, request: Request<pb::ListenRequest>) -> Result<Response<Self::ListenStream>, Status> {
+        let req = request.into_inner();
+        let session = self.engine.sessions.resolve(&req.session_id).map_err(|e| Status::not_found(e.to_string()))?;
+        let (tx, rx) = mpsc::channel(16);
+        if let Ok(mut outbound) = session.outbound.lock() {
+            outbound.push(tx);
+        }
+        Ok(Response::new(frames(rx)))
+    }
+
+    async fn end_session(
+        &self,
+        request: Request<pb::EndSessionRequest>,
+    ) -> Result<Response<pb::EndSessionResponse>, Status> {
+        let ended = self.engine.sessions.end(&request.into_inner().session_id);
+        Ok(Response::new(pb::EndSessionResponse { ended }))
     }
 }

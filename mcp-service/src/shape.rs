@@ -41,11 +41,7 @@ pub fn tool(def: &Value, rev: &str, modern: bool) -> Value {
         if !at_least(rev, "2025-03-26") {
             remove(obj, &["annotations"]);
         }
-        if !at_least(rev, "2025-06-18")
-            || obj
-                .get("outputSchema")
-                .is_some_and(|s| !is_object_schema(s))
-        {
+        if !at_least(rev, "2025-06-18") || obj.get("outputSchema").is_some_and(|s| !is_object_schema(s)) {
             remove(obj, &["outputSchema"]);
         }
         if !at_least(rev, "2025-11-25") {
@@ -78,8 +74,7 @@ pub fn call_result(mut result: Value, rev: &str, modern: bool) -> Value {
         return result;
     }
     if let Some(obj) = result.as_object_mut() {
-        let keep_structured = at_least(rev, "2025-06-18")
-            && obj.get("structuredContent").is_some_and(Value::is_object);
+        let keep_structured = at_least(rev, "2025-06-18") && obj.get("structuredContent").is_some_and(Value::is_object);
         if !keep_structured {
             obj.remove("structuredContent");
         }
@@ -113,36 +108,18 @@ mod tests {
     fn legacy_tools_lose_newer_fields() {
         let def = json!({"name":"t","title":"T","icons":[],"annotations":{},"inputSchema":{"type":"object"},
                          "outputSchema":{"type":"object"}});
-        assert_eq!(
-            tool(&def, "2024-11-05", false),
-            json!({"name":"t","inputSchema":{"type":"object"}})
-        );
+        assert_eq!(tool(&def, "2024-11-05", false), json!({"name":"t","inputSchema":{"type":"object"}}));
         let v = tool(&def, "2025-06-18", false);
-        assert!(
-            v.get("outputSchema").is_some() && v.get("title").is_some() && v.get("icons").is_none()
-        );
+        assert!(v.get("outputSchema").is_some() && v.get("title").is_some() && v.get("icons").is_none());
         assert_eq!(tool(&def, "2026-07-28", true), def);
     }
 
     #[test]
     fn non_object_output_is_modern_only() {
-        let def =
-            json!({"name":"t","inputSchema":{"type":"object"},"outputSchema":{"type":"array"}});
-        assert!(
-            tool(&def, "2025-11-25", false)
-                .get("outputSchema")
-                .is_none()
-        );
+        let def = json!({"name":"t","inputSchema":{"type":"object"},"outputSchema":{"type":"array"}});
+        assert!(tool(&def, "2025-11-25", false).get("outputSchema").is_none());
         let r = json!({"content":[],"structuredContent":[1,2]});
-        assert!(
-            call_result(r.clone(), "2025-11-25", false)
-                .get("structuredContent")
-                .is_none()
-        );
-        assert!(
-            call_result(r, "2026-07-28", true)
-                .get("structuredContent")
-                .is_some()
-        );
+        assert!(call_result(r.clone(), "2025-11-25", false).get("structuredContent").is_none());
+        assert!(call_result(r, "2026-07-28", true).get("structuredContent").is_some());
     }
 }

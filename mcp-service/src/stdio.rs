@@ -18,7 +18,9 @@ use tokio::task::{AbortHandle, JoinSet};
 use tokio_util::codec::{FramedRead, LinesCodec, LinesCodecError};
 use tokio_util::sync::CancellationToken;
 
-use crate::dispatch::{Context, Engine, Frame, Session};
+use crate::context::{Context, Frame};
+use crate::dispatch::Engine;
+use crate::session::Session;
 
 /// Longest accepted line (one message).
 pub const MAX_LINE: usize = 16 * 1024 * 1024;
@@ -27,23 +29,18 @@ pub const MAX_LINE: usize = 16 * 1024 * 1024;
 const DRAIN: Duration = Duration::from_secs(5);
 
 /// Serve one client on `input`/`output` until EOF or `shutdown`.
-pub async fn serve<R, W>(
-    engine: Arc<Engine>,
-    input: R,
-    output: W,
-    shutdown: CancellationToken,
-) -> std::io::Result<()>
+pub async fn serve<R, W>(engine: Arc<Engine>, input: R, output: W, shutdown: CancellationToken) -> std::io::Result<()>
 where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin + Send + 'static,
 {
     let (tx, rx) = mpsc::channel::<Frame>(64);
     let writer = tokio::spawn(write_frames(rx, output));
-    let ctx = Context {
-        transport: Transport::Stdio,
-        session: Some(Arc::new(Session::default())),
-        ..Context::default()
-    };
+    // The connection is the session; it receives list-changed notifications like any other.
+    let session = Arc::new(Session::stdio(tx.clone()));
+    let session_key = engine.sessions.attach(session.clone());
+    let ctx =
+        Context { transport: Transport::Stdio, session: Some(session), accepts_stream: true, ..Context::default() };
     let in_flight: Arc<Mutex<HashMap<String, AbortHandle>>> = Arc::default();
     let mut tasks = JoinSet::new();
     let mut lines = FramedRead::new(input, LinesCodec::new_with_max_length(MAX_LINE));
@@ -63,12 +60,7 @@ where
                     &format!("Invalid request: message longer than {MAX_LINE} bytes"),
                     None,
                 );
-                let _ = tx
-                    .send(Frame {
-                        json,
-                        disposition: Disposition::Rejected,
-                    })
-                    .await;
+                let _ = tx.send(Frame::new(json, Disposition::Rejected)).await;
                 continue;
             }
             Some(Err(LinesCodecError::Io(e))) => {
@@ -92,8 +84,7 @@ where
             engine.handle(line.as_bytes(), &ctx, &tx).await;
             continue;
         }
-        let (engine, ctx, tx, registry) =
-            (engine.clone(), ctx.clone(), tx.clone(), in_flight.clone());
+        let (engine, ctx, tx, registry) = (engine.clone(), ctx.clone(), tx.clone(), in_flight.clone());
         let key = id.clone();
         let handle = tasks.spawn(async move {
             engine.handle(line.as_bytes(), &ctx, &tx).await;
@@ -111,15 +102,16 @@ where
     // Let in-flight requests finish (bounded), then close the writer.
     let _ = tokio::time::timeout(DRAIN, async { while tasks.join_next().await.is_some() {} }).await;
     tasks.abort_all();
+    while tasks.join_next().await.is_some() {}
+    engine.sessions.detach(&session_key);
+    drop(ctx);
     drop(tx);
     writer.await.map_err(std::io::Error::other)?
 }
 
 /// A canonical form of an id, so `"\u0041"` and `"A"` name the same request.
 fn id_key(raw: &str) -> String {
-    serde_json::from_str::<Value>(raw)
-        .map(|v| v.to_string())
-        .unwrap_or_else(|_| raw.to_owned())
+    serde_json::from_str::<Value>(raw).map(|v| v.to_string()).unwrap_or_else(|_| raw.to_owned())
 }
 
 fn cancel(line: &str, in_flight: &Mutex<HashMap<String, AbortHandle>>) {
@@ -136,10 +128,7 @@ fn cancel(line: &str, in_flight: &Mutex<HashMap<String, AbortHandle>>) {
     }
 }
 
-async fn write_frames<W: AsyncWrite + Unpin>(
-    mut rx: mpsc::Receiver<Frame>,
-    mut out: W,
-) -> std::io::Result<()> {
+async fn write_frames<W: AsyncWrite + Unpin>(mut rx: mpsc::Receiver<Frame>, mut out: W) -> std::io::Result<()> {
     while let Some(frame) = rx.recv().await {
         if frame.json.is_empty() {
             continue;

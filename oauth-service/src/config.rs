@@ -31,21 +31,13 @@ impl Config {
     /// Cross-field checks, with messages that name the key.
     pub fn validate(&self) -> Result<(), String> {
         if !matches!(self.issuer.scheme(), "https" | "http") {
-            return Err(format!(
-                "issuer: `{}` must be an https URL (http only for local testing)",
-                self.issuer
-            ));
+            return Err(format!("issuer: `{}` must be an https URL (http only for local testing)", self.issuer));
         }
         if self.issuer.query().is_some() || self.issuer.fragment().is_some() {
-            return Err(format!(
-                "issuer: `{}` must not have a query or fragment (RFC 8414)",
-                self.issuer
-            ));
+            return Err(format!("issuer: `{}` must not have a query or fragment (RFC 8414)", self.issuer));
         }
         if let Some(db) = &self.database
-            && !(db.starts_with("sqlite:")
-                || db.starts_with("postgres://")
-                || db.starts_with("postgresql://"))
+            && !(db.starts_with("sqlite:") || db.starts_with("postgres://") || db.starts_with("postgresql://"))
         {
             return Err("database: must be a sqlite: or postgres:// URL".into());
         }
@@ -59,11 +51,7 @@ impl Config {
 }
 
 #[derive(Debug, clap::Parser, Serialize)]
-#[command(
-    name = "oauth-service",
-    version,
-    about = "The OAuth 2.0 authorisation server for MCP"
-)]
+#[command(name = "oauth-service", version, about = "The OAuth 2.0 authorisation server for MCP")]
 pub struct Cli {
     /// Address to listen on (HTTP), e.g. 127.0.0.1:9090.
     #[arg(long)]
@@ -86,8 +74,7 @@ pub struct Cli {
 impl Cli {
     pub fn load(&self) -> Result<Config, String> {
         let config: Config =
-            mcp_proto::runtime::load_config(self.config.as_deref(), "OAUTH_", self)
-                .map_err(|e| e.to_string())?;
+            mcp_proto::runtime::load_config(self.config.as_deref(), "OAUTH_", self).map_err(|e| e.to_string())?;
         config.validate()?;
         Ok(config)
     }

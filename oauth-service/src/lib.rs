@@ -27,10 +27,7 @@ pub use config::Config;
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     #[error("cannot listen on {addr}: {source}")]
-    Bind {
-        addr: SocketAddr,
-        source: std::io::Error,
-    },
+    Bind { addr: SocketAddr, source: std::io::Error },
     #[error("HTTP server failed: {0}")]
     Serve(std::io::Error),
 }
@@ -42,29 +39,15 @@ struct AppState {
 
 /// Bind the configured address and serve until `shutdown`.
 pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), Error> {
-    let listener = TcpListener::bind(config.listen)
-        .await
-        .map_err(|source| Error::Bind {
-            addr: config.listen,
-            source,
-        })?;
+    let listener =
+        TcpListener::bind(config.listen).await.map_err(|source| Error::Bind { addr: config.listen, source })?;
     serve(listener, config, shutdown).await
 }
 
 /// Serve on a bound listener until `shutdown`.
-pub async fn serve(
-    listener: TcpListener,
-    config: Config,
-    shutdown: CancellationToken,
-) -> Result<(), Error> {
-    let addr = listener.local_addr().map_err(|source| Error::Bind {
-        addr: config.listen,
-        source,
-    })?;
-    let state = Arc::new(AppState {
-        config,
-        draining: AtomicBool::new(false),
-    });
+pub async fn serve(listener: TcpListener, config: Config, shutdown: CancellationToken) -> Result<(), Error> {
+    let addr = listener.local_addr().map_err(|source| Error::Bind { addr: config.listen, source })?;
+    let state = Arc::new(AppState { config, draining: AtomicBool::new(false) });
     let app = router(state.clone());
     tracing::info!(service = "oauth-service", %addr, issuer = %state.config.issuer, "listening");
     let drain = state.clone();
@@ -81,22 +64,14 @@ pub async fn serve(
 
 fn router(state: Arc<AppState>) -> Router {
     Router::new()
-        .route(
-            "/.well-known/oauth-authorization-server",
-            get(metadata_document),
-        )
+        .route("/.well-known/oauth-authorization-server", get(metadata_document))
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(ready))
         .with_state(state)
 }
 
-async fn metadata_document(
-    State(state): State<Arc<AppState>>,
-) -> impl axum::response::IntoResponse {
-    (
-        [(axum::http::header::CACHE_CONTROL, "public, max-age=300")],
-        axum::Json(metadata::document(&state.config)),
-    )
+async fn metadata_document(State(state): State<Arc<AppState>>) -> impl axum::response::IntoResponse {
+    ([(axum::http::header::CACHE_CONTROL, "public, max-age=300")], axum::Json(metadata::document(&state.config)))
 }
 
 async fn ready(State(state): State<Arc<AppState>>) -> (StatusCode, &'static str) {

@@ -28,16 +28,11 @@ mod tests {
 
     #[test]
     fn issuer_and_endpoints_agree() {
-        let config = Config {
-            issuer: url::Url::parse("https://auth.example.com/tenant/").expect("url"),
-            ..Config::default()
-        };
+        let config =
+            Config { issuer: url::Url::parse("https://auth.example.com/tenant/").expect("url"), ..Config::default() };
         let doc = document(&config);
         assert_eq!(doc["issuer"], "https://auth.example.com/tenant");
-        assert_eq!(
-            doc["token_endpoint"],
-            "https://auth.example.com/tenant/oauth/token"
-        );
+        assert_eq!(doc["token_endpoint"], "https://auth.example.com/tenant/oauth/token");
         assert_eq!(doc["code_challenge_methods_supported"], json!(["S256"]));
     }
 }

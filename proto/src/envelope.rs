@@ -33,6 +33,8 @@ pub enum EnvelopeError {
 /// value is passed on rather than interpreted.
 #[derive(Debug)]
 pub struct Envelope<'a> {
+    /// The whole message.
+    pub raw: &'a RawValue,
     pub kind: Kind,
     /// The raw `id` (a string or an integer), absent for notifications.
     pub id: Option<&'a RawValue>,
@@ -95,19 +97,9 @@ struct ParamsPeek<'a> {
 
 #[derive(Deserialize)]
 struct MetaPeek<'a> {
-    #[serde(
-        default,
-        borrow,
-        rename = "io.modelcontextprotocol/protocolVersion",
-        deserialize_with = "keep_null"
-    )]
+    #[serde(default, borrow, rename = "io.modelcontextprotocol/protocolVersion", deserialize_with = "keep_null")]
     version: Option<&'a RawValue>,
-    #[serde(
-        default,
-        borrow,
-        rename = "io.modelcontextprotocol/clientCapabilities",
-        deserialize_with = "keep_null"
-    )]
+    #[serde(default, borrow, rename = "io.modelcontextprotocol/clientCapabilities", deserialize_with = "keep_null")]
     capabilities: Option<&'a RawValue>,
 }
 
@@ -137,41 +129,26 @@ pub fn is_valid_id(raw: &RawValue) -> bool {
 
 /// Parse a request body: one message, or a batch (an array) whose elements are parsed later.
 pub fn parse_body(body: &[u8]) -> Result<Body<'_>, EnvelopeError> {
-    let text = std::str::from_utf8(body)
-        .map_err(|e| EnvelopeError::Parse(format!("body is not valid UTF-8: {e}")))?;
+    let text = std::str::from_utf8(body).map_err(|e| EnvelopeError::Parse(format!("body is not valid UTF-8: {e}")))?;
     let text = text.trim_start_matches('\u{feff}');
     let trimmed = text.trim_start();
     if trimmed.starts_with('[') {
-        let items: Vec<&RawValue> =
-            serde_json::from_str(text).map_err(|e| EnvelopeError::Parse(e.to_string()))?;
+        let items: Vec<&RawValue> = serde_json::from_str(text).map_err(|e| EnvelopeError::Parse(e.to_string()))?;
         return Ok(Body::Batch(items));
     }
-    let raw: &RawValue =
-        serde_json::from_str(text).map_err(|e| EnvelopeError::Parse(e.to_string()))?;
+    let raw: &RawValue = serde_json::from_str(text).map_err(|e| EnvelopeError::Parse(e.to_string()))?;
     parse_message(raw).map(Body::Single)
 }
 
 /// Parse one JSON-RPC message that is already known to be valid JSON.
 pub fn parse_message(raw: &RawValue) -> Result<Envelope<'_>, EnvelopeError> {
     if !is_object(raw) {
-        return Err(EnvelopeError::Invalid {
-            id: None,
-            reason: "a JSON-RPC message must be a JSON object".into(),
-        });
+        return Err(EnvelopeError::Invalid { id: None, reason: "a JSON-RPC message must be a JSON object".into() });
     }
-    let msg: RawMessage<'_> =
-        serde_json::from_str(raw.get()).map_err(|e| EnvelopeError::Invalid {
-            id: None,
-            reason: format!("malformed JSON-RPC message: {e}"),
-        })?;
-    let echo_id = msg
-        .id
-        .filter(|id| is_valid_id(id))
-        .map(|id| id.get().to_owned());
-    let invalid = |reason: &str| EnvelopeError::Invalid {
-        id: echo_id.clone(),
-        reason: reason.to_owned(),
-    };
+    let msg: RawMessage<'_> = serde_json::from_str(raw.get())
+        .map_err(|e| EnvelopeError::Invalid { id: None, reason: format!("malformed JSON-RPC message: {e}") })?;
+    let echo_id = msg.id.filter(|id| is_valid_id(id)).map(|id| id.get().to_owned());
+    let invalid = |reason: &str| EnvelopeError::Invalid { id: echo_id.clone(), reason: reason.to_owned() };
 
     if msg.jsonrpc.as_deref() != Some("2.0") {
         return Err(invalid("`jsonrpc` must be \"2.0\""));
@@ -191,9 +168,7 @@ pub fn parse_message(raw: &RawValue) -> Result<Envelope<'_>, EnvelopeError> {
         (None, Some(_), true) => Kind::Response,
         (None, None, true) => return Err(invalid("a response must carry an `id`")),
         (Some(_), _, true) => {
-            return Err(invalid(
-                "a message cannot carry both `method` and `result`/`error`",
-            ));
+            return Err(invalid("a message cannot carry both `method` and `result`/`error`"));
         }
         (None, _, false) => return Err(invalid("missing `method`")),
     };
@@ -201,6 +176,7 @@ pub fn parse_message(raw: &RawValue) -> Result<Envelope<'_>, EnvelopeError> {
         return Err(invalid("a response cannot carry both `result` and `error`"));
     }
     let mut env = Envelope {
+        raw,
         kind,
         id: msg.id,
         method: method.unwrap_or(Cow::Borrowed("")),
@@ -237,11 +213,7 @@ impl Envelope<'_> {
     /// version key is modern, whatever its method; everything else is legacy. (HTTP adds a
     /// header rule on top, in the gateway.)
     pub fn body_era(&self) -> Era {
-        if self.meta_version.is_some() {
-            Era::Modern
-        } else {
-            Era::Legacy
-        }
+        if self.meta_version.is_some() { Era::Modern } else { Era::Legacy }
     }
 
     /// The `_meta` protocol version as a string, if it is one.
@@ -257,14 +229,8 @@ impl Envelope<'_> {
     /// The value that `Mcp-Name` must match for this method, if the method has one.
     pub fn name_target(&self) -> Option<NameTarget<'_>> {
         match self.method.as_ref() {
-            "tools/call" | "prompts/get" => Some(NameTarget {
-                field: "params.name",
-                value: self.name.as_deref(),
-            }),
-            "resources/read" => Some(NameTarget {
-                field: "params.uri",
-                value: self.uri.as_deref(),
-            }),
+            "tools/call" | "prompts/get" => Some(NameTarget { field: "params.name", value: self.name.as_deref() }),
+            "resources/read" => Some(NameTarget { field: "params.uri", value: self.uri.as_deref() }),
             _ => None,
         }
     }
@@ -339,29 +305,20 @@ mod tests {
             r#"{"jsonrpc":"2.0","id":2,"method":"initialize","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}}"#,
         );
         assert_eq!(e.body_era(), Era::Modern);
-        assert!(
-            e.missing_modern_meta()
-                .expect("capabilities missing")
-                .contains("clientCapabilities")
-        );
+        assert!(e.missing_modern_meta().expect("capabilities missing").contains("clientCapabilities"));
     }
 
     #[test]
     fn legacy_without_meta_version() {
-        let e = single(
-            r#"{"jsonrpc":"2.0","id":2,"method":"tools/list","params":{"_meta":{"progressToken":1}}}"#,
-        );
+        let e = single(r#"{"jsonrpc":"2.0","id":2,"method":"tools/list","params":{"_meta":{"progressToken":1}}}"#);
         assert_eq!(e.body_era(), Era::Legacy);
-        let e =
-            single(r#"{"jsonrpc":"2.0","id":2,"method":"tools/list","params":{"_meta":"nope"}}"#);
+        let e = single(r#"{"jsonrpc":"2.0","id":2,"method":"tools/list","params":{"_meta":"nope"}}"#);
         assert_eq!(e.body_era(), Era::Legacy);
     }
 
     #[test]
     fn escaped_strings_are_decoded() {
-        let e = single(
-            r#"{"jsonrpc":"2.0","id":"\u0041","method":"resources/read","params":{"uri":"test://\u4e16"}}"#,
-        );
+        let e = single(r#"{"jsonrpc":"2.0","id":"\u0041","method":"resources/read","params":{"uri":"test://\u4e16"}}"#);
         assert_eq!(e.uri.as_deref(), Some("test://世"));
         assert_eq!(e.id_json(), Some(r#""\u0041""#));
     }
@@ -370,14 +327,8 @@ mod tests {
     fn rejects() {
         assert!(matches!(parse_body(b"{"), Err(EnvelopeError::Parse(_))));
         assert!(matches!(parse_body(b"\xff"), Err(EnvelopeError::Parse(_))));
-        assert!(matches!(
-            parse_body(b"42"),
-            Err(EnvelopeError::Invalid { .. })
-        ));
-        assert!(matches!(
-            parse_body(b"\"x\""),
-            Err(EnvelopeError::Invalid { .. })
-        ));
+        assert!(matches!(parse_body(b"42"), Err(EnvelopeError::Invalid { .. })));
+        assert!(matches!(parse_body(b"\"x\""), Err(EnvelopeError::Invalid { .. })));
         for bad in [
             r#"{"id":1,"method":"ping"}"#,
             r#"{"jsonrpc":"1.0","id":1,"method":"ping"}"#,
@@ -388,13 +339,7 @@ mod tests {
             r#"{"jsonrpc":"2.0","id":1}"#,
             r#"{"jsonrpc":"2.0","id":1,"method":"ping","params":3}"#,
         ] {
-            assert!(
-                matches!(
-                    parse_body(bad.as_bytes()),
-                    Err(EnvelopeError::Invalid { .. })
-                ),
-                "{bad}"
-            );
+            assert!(matches!(parse_body(bad.as_bytes()), Err(EnvelopeError::Invalid { .. })), "{bad}");
         }
         // The id is echoed when it is legal.
         match parse_body(br#"{"jsonrpc":"1.0","id":7,"method":"ping"}"#) {

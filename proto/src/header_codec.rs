@@ -31,23 +31,15 @@ impl std::fmt::Display for DecodeError {
 /// Decode a raw header value: surrounding whitespace trimmed, then the sentinel (if present)
 /// decoded. Plain values must be visible ASCII, space or tab.
 pub fn decode(raw: &[u8]) -> Result<String, DecodeError> {
-    if !raw
-        .iter()
-        .all(|&b| b == b' ' || b == b'\t' || (0x21..=0x7e).contains(&b))
-    {
+    if !raw.iter().all(|&b| b == b' ' || b == b'\t' || (0x21..=0x7e).contains(&b)) {
         return Err(DecodeError::InvalidCharacters);
     }
     // All bytes are ASCII, so this cannot fail.
     let text = std::str::from_utf8(raw).map_err(|_| DecodeError::InvalidCharacters)?;
     let text = text.trim_matches([' ', '\t']);
-    match text
-        .strip_prefix(PREFIX)
-        .and_then(|t| t.strip_suffix(SUFFIX))
-    {
+    match text.strip_prefix(PREFIX).and_then(|t| t.strip_suffix(SUFFIX)) {
         Some(payload) => {
-            let bytes = STANDARD
-                .decode(payload)
-                .map_err(|_| DecodeError::InvalidBase64)?;
+            let bytes = STANDARD.decode(payload).map_err(|_| DecodeError::InvalidBase64)?;
             String::from_utf8(bytes).map_err(|_| DecodeError::InvalidUtf8)
         }
         None => Ok(text.to_owned()),
@@ -56,17 +48,11 @@ pub fn decode(raw: &[u8]) -> Result<String, DecodeError> {
 
 /// Encode a value for a header, using the sentinel only when plain text cannot carry it.
 pub fn encode(value: &str) -> String {
-    let visible = value
-        .bytes()
-        .all(|b| b == b' ' || b == b'\t' || (0x21..=0x7e).contains(&b));
+    let visible = value.bytes().all(|b| b == b' ' || b == b'\t' || (0x21..=0x7e).contains(&b));
     let padded = value.starts_with([' ', '\t']) || value.ends_with([' ', '\t']);
     let looks_encoded = value.starts_with(PREFIX) && value.ends_with(SUFFIX);
     let plain_safe = visible && !padded && !looks_encoded;
-    if plain_safe {
-        value.to_owned()
-    } else {
-        format!("{PREFIX}{}{SUFFIX}", STANDARD.encode(value.as_bytes()))
-    }
+    if plain_safe { value.to_owned() } else { format!("{PREFIX}{}{SUFFIX}", STANDARD.encode(value.as_bytes())) }
 }
 
 #[cfg(test)]
@@ -78,14 +64,8 @@ mod tests {
         assert_eq!(encode("Hello, 世界"), "=?base64?SGVsbG8sIOS4lueVjA==?=");
         assert_eq!(encode(" padded "), "=?base64?IHBhZGRlZCA=?=");
         assert_eq!(encode("line1\nline2"), "=?base64?bGluZTEKbGluZTI=?=");
-        assert_eq!(
-            decode(b"=?base64?SGVsbG8sIOS4lueVjA==?=").as_deref(),
-            Ok("Hello, 世界")
-        );
-        assert_eq!(
-            decode(b"=?base64?IHBhZGRlZCA=?=").as_deref(),
-            Ok(" padded ")
-        );
+        assert_eq!(decode(b"=?base64?SGVsbG8sIOS4lueVjA==?=").as_deref(), Ok("Hello, 世界"));
+        assert_eq!(decode(b"=?base64?IHBhZGRlZCA=?=").as_deref(), Ok(" padded "));
     }
 
     #[test]
@@ -101,10 +81,7 @@ mod tests {
     fn bad_values() {
         assert_eq!(decode(b"=?base64?!!!?="), Err(DecodeError::InvalidBase64));
         assert_eq!(decode(b"=?base64?/w==?="), Err(DecodeError::InvalidUtf8));
-        assert_eq!(
-            decode("caf\u{e9}".as_bytes()),
-            Err(DecodeError::InvalidCharacters)
-        );
+        assert_eq!(decode("caf\u{e9}".as_bytes()), Err(DecodeError::InvalidCharacters));
         assert_eq!(decode(b"a\r\nb"), Err(DecodeError::InvalidCharacters));
     }
 

@@ -53,15 +53,9 @@ mod tests {
 
     #[test]
     fn shapes() {
-        let r: Value =
-            serde_json::from_slice(&result(Some("\"a\""), &json!({"x":1}))).expect("json");
+        let r: Value = serde_json::from_slice(&result(Some("\"a\""), &json!({"x":1}))).expect("json");
         assert_eq!(r, json!({"jsonrpc":"2.0","id":"a","result":{"x":1}}));
-        let e: Value =
-            serde_json::from_slice(&error(None, ErrorCode::PARSE_ERROR, "Parse error", None))
-                .expect("json");
-        assert_eq!(
-            e,
-            json!({"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"Parse error"}})
-        );
+        let e: Value = serde_json::from_slice(&error(None, ErrorCode::PARSE_ERROR, "Parse error", None)).expect("json");
+        assert_eq!(e, json!({"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"Parse error"}}));
     }
 }

@@ -12,20 +12,13 @@ use tokio_util::sync::CancellationToken;
 /// `LOG_LEVEL` or `RUST_LOG` for the filter (default `info`).
 pub fn init_logging() {
     use tracing_subscriber::EnvFilter;
-    let filter = std::env::var("RUST_LOG")
-        .or_else(|_| std::env::var("LOG_LEVEL"))
-        .unwrap_or_else(|_| "info".to_owned());
+    let filter =
+        std::env::var("RUST_LOG").or_else(|_| std::env::var("LOG_LEVEL")).unwrap_or_else(|_| "info".to_owned());
     let filter = EnvFilter::try_new(&filter).unwrap_or_else(|_| EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
     let json = std::env::var("LOG_FORMAT").is_ok_and(|f| f.eq_ignore_ascii_case("json"));
     let _ = if json {
-        builder
-            .json()
-            .flatten_event(true)
-            .with_current_span(false)
-            .try_init()
+        builder.json().flatten_event(true).with_current_span(false).try_init()
     } else {
         builder.with_ansi(false).try_init()
     };
@@ -33,11 +26,7 @@ pub fn init_logging() {
 
 /// Load a typed configuration: defaults, then the TOML file, then `{PREFIX}*` environment
 /// variables, then command-line flags (only those given). Errors name the key and its source.
-pub fn load_config<T, C>(
-    file: Option<&Path>,
-    env_prefix: &str,
-    cli: &C,
-) -> Result<T, Box<figment::Error>>
+pub fn load_config<T, C>(file: Option<&Path>, env_prefix: &str, cli: &C) -> Result<T, Box<figment::Error>>
 where
     T: DeserializeOwned + Serialize + Default,
     C: Serialize,
@@ -46,10 +35,7 @@ where
     if let Some(file) = file {
         fig = fig.merge(Toml::file_exact(file));
     }
-    fig.merge(Env::prefixed(env_prefix).split("__"))
-        .merge(Serialized::defaults(cli))
-        .extract()
-        .map_err(Box::new)
+    fig.merge(Env::prefixed(env_prefix).split("__")).merge(Serialized::defaults(cli)).extract().map_err(Box::new)
 }
 
 /// A token cancelled on SIGTERM or SIGINT (Ctrl-C).

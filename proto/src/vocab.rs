@@ -29,12 +29,7 @@ pub fn negotiate_legacy(requested: Option<&str>) -> &'static str {
         return LATEST_LEGACY;
     };
     // Revisions are ISO dates, so string order is date order.
-    LEGACY_REVISIONS
-        .iter()
-        .rev()
-        .find(|r| **r <= requested)
-        .copied()
-        .unwrap_or(LEGACY_REVISIONS[0])
+    LEGACY_REVISIONS.iter().rev().find(|r| **r <= requested).copied().unwrap_or(LEGACY_REVISIONS[0])
 }
 
 /// Reserved `_meta` keys.
@@ -113,16 +108,7 @@ impl From<Era> for crate::mcp::Era {
 }
 
 /// Logging levels in increasing severity.
-pub const LOG_LEVELS: [&str; 8] = [
-    "debug",
-    "info",
-    "notice",
-    "warning",
-    "error",
-    "critical",
-    "alert",
-    "emergency",
-];
+pub const LOG_LEVELS: [&str; 8] = ["debug", "info", "notice", "warning", "error", "critical", "alert", "emergency"];
 
 /// The severity rank of a level name, `None` for an unknown name.
 pub fn log_level_rank(level: &str) -> Option<usize> {

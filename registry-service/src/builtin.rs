@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::catalog::{Catalog, Content, Prompt, Resource, Tool, ToolError, text_result};
+use crate::catalog::{Catalog, Content, Outcome, Prompt, Resource, Tool, ToolError, text_outcome};
 
 const ABOUT: &str = "# MCP platform\n\nA dual-era Model Context Protocol server: legacy revisions \
 2024-11-05 to 2025-11-25 through the initialize handshake, and the stateless revision \
@@ -26,10 +26,9 @@ pub fn catalog() -> Catalog {
     Catalog {
         version: 1,
         server_info: server_info(),
-        instructions:
-            "Built-in demonstration catalog: `echo`, `add` and `count` tools, the `about://server` \
+        instructions: "Built-in demonstration catalog: `echo`, `add` and `count` tools, the `about://server` \
                        resource and the `summarize` prompt."
-                .into(),
+            .into(),
         tools: vec![echo(), add(), count()],
         resources: vec![Resource {
             uri: "about://server".into(),
@@ -81,7 +80,7 @@ fn echo() -> Tool {
         handler: Arc::new(|args, _ctx| {
             Box::pin(async move {
                 let message = string_arg(&args, "message")?;
-                Ok(text_result(message, false))
+                text_outcome(message)
             })
         }),
     }
@@ -112,11 +111,11 @@ fn add() -> Tool {
             Box::pin(async move {
                 let sum = number_arg(&args, "a")? + number_arg(&args, "b")?;
                 let structured = json!({ "sum": mcp_proto::jsonrpc::number(sum) });
-                Ok(json!({
+                Ok(Outcome::Complete(json!({
                     "content": [{ "type": "text", "text": structured.to_string() }],
                     "structuredContent": structured,
                     "isError": false
-                }))
+                })))
             })
         }),
     }
@@ -147,18 +146,12 @@ fn count() -> Tool {
                     Some(v) => v
                         .as_u64()
                         .filter(|n| (1..=100).contains(n))
-                        .ok_or_else(|| {
-                            ToolError::InvalidArguments(
-                                "`to` must be an integer from 1 to 100".into(),
-                            )
-                        })?,
+                        .ok_or_else(|| ToolError::InvalidArguments("`to` must be an integer from 1 to 100".into()))?,
                 };
                 let interval = match args.get("interval_ms") {
                     None => 50,
                     Some(v) => v.as_u64().filter(|n| *n <= 1000).ok_or_else(|| {
-                        ToolError::InvalidArguments(
-                            "`interval_ms` must be an integer from 0 to 1000".into(),
-                        )
+                        ToolError::InvalidArguments("`interval_ms` must be an integer from 0 to 1000".into())
                     })?,
                 };
                 for i in 1..=to {
@@ -167,10 +160,9 @@ fn count() -> Tool {
                     }
                     tokio::time::sleep(Duration::from_millis(interval)).await;
                     ctx.log("info", json!(format!("step {i} of {to}"))).await;
-                    ctx.progress(i as f64, Some(to as f64), &format!("step {i} of {to}"))
-                        .await;
+                    ctx.progress(i as f64, Some(to as f64), &format!("step {i} of {to}")).await;
                 }
-                Ok(text_result(format!("counted to {to}"), false))
+                text_outcome(format!("counted to {to}"))
             })
         }),
     }
@@ -179,14 +171,8 @@ fn count() -> Tool {
 fn summarize() -> Prompt {
     let topics = ["sales", "support", "engineering", "security", "roadmap"];
     let mut completions = HashMap::new();
-    completions.insert(
-        "topic".to_owned(),
-        topics.iter().map(|s| s.to_string()).collect(),
-    );
-    completions.insert(
-        "style".to_owned(),
-        vec!["brief".to_owned(), "detailed".to_owned()],
-    );
+    completions.insert("topic".to_owned(), topics.iter().map(|s| s.to_string()).collect());
+    completions.insert("style".to_owned(), vec!["brief".to_owned(), "detailed".to_owned()]);
     Prompt {
         name: "summarize".into(),
         def: json!({
@@ -199,18 +185,16 @@ fn summarize() -> Prompt {
             ]
         }),
         scopes: vec![],
-        render: Arc::new(|args| {
-            let topic = args
-                .get("topic")
-                .ok_or("missing required argument `topic`")?;
+        render: Arc::new(|args, _exchange| {
+            let topic = args.get("topic").ok_or("missing required argument `topic`")?;
             let style = args.get("style").map(String::as_str).unwrap_or("brief");
-            Ok(json!({
+            Ok(Outcome::Complete(json!({
                 "description": format!("Summary of {topic}"),
                 "messages": [{
                     "role": "user",
                     "content": { "type": "text", "text": format!("Give a {style} summary of what we know about {topic}.") }
                 }]
-            }))
+            })))
         }),
         completions,
     }

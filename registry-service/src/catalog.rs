@@ -11,13 +11,57 @@ use mcp_proto::registry as pb;
 use serde_json::Value;
 use tokio::sync::mpsc;
 
-/// Produces a `CallToolResult` from the call's arguments.
-pub type ToolHandler =
-    Arc<dyn Fn(Value, ToolContext) -> BoxFuture<'static, Result<Value, ToolError>> + Send + Sync>;
+/// Produces a `CallToolResult` (or a request for client input) from the call's arguments.
+pub type ToolHandler = Arc<dyn Fn(Value, ToolContext) -> BoxFuture<'static, Result<Outcome, ToolError>> + Send + Sync>;
 
-/// Renders a prompt's messages from its arguments.
-pub type PromptRenderer =
-    Arc<dyn Fn(&HashMap<String, String>) -> Result<Value, String> + Send + Sync>;
+/// Renders a prompt's `GetPromptResult` (or a request for client input) from its arguments.
+pub type PromptRenderer = Arc<dyn Fn(&HashMap<String, String>, &Exchange) -> Result<Outcome, String> + Send + Sync>;
+
+/// What a handler produced.
+#[derive(Debug, Clone)]
+pub enum Outcome {
+    /// The final result object.
+    Complete(Value),
+    /// The handler needs answers from the client first (multi round-trip requests): input
+    /// requests keyed by name, and the state to resume from.
+    InputRequired { requests: Value, state: Value },
+    /// The call needs client capabilities the client did not declare (`ClientCapabilities`).
+    MissingCapabilities(Value),
+}
+
+/// What the client sent along for a multi round-trip request, and what it can do.
+#[derive(Debug, Clone, Default)]
+pub struct Exchange {
+    /// `inputResponses` of this round (an object; `Null` on a first call).
+    pub input_responses: Value,
+    /// The handler's own state from the previous round (`Null` on a first call).
+    pub state: Value,
+    /// The client capabilities in force.
+    pub client_capabilities: Value,
+}
+
+impl Exchange {
+    pub fn from_wire(responses: &[u8], state: &[u8], capabilities: &[u8]) -> Result<Self, String> {
+        let parse = |b: &[u8], what: &str| -> Result<Value, String> {
+            if b.is_empty() { Ok(Value::Null) } else { serde_json::from_slice(b).map_err(|e| format!("{what}: {e}")) }
+        };
+        Ok(Self {
+            input_responses: parse(responses, "inputResponses")?,
+            state: parse(state, "state")?,
+            client_capabilities: parse(capabilities, "client capabilities")?,
+        })
+    }
+
+    /// The client's answer to input request `key`, if it sent one.
+    pub fn response(&self, key: &str) -> Option<&Value> {
+        self.input_responses.get(key)
+    }
+
+    /// Whether the client declared capability `name` (`sampling`, `elicitation`, `roots`).
+    pub fn has_capability(&self, name: &str) -> bool {
+        self.client_capabilities.get(name).is_some_and(|v| !v.is_null())
+    }
+}
 
 /// A failure that is not the tool's own result: the tool could not be run at all.
 #[derive(Debug, thiserror::Error)]
@@ -28,6 +72,7 @@ pub enum ToolError {
     Internal(String),
 }
 
+#[derive(Clone)]
 pub struct Tool {
     pub name: String,
     pub def: Value,
@@ -42,6 +87,7 @@ pub enum Content {
     Blob(Vec<u8>),
 }
 
+#[derive(Clone)]
 pub struct Resource {
     pub uri: String,
     pub def: Value,
@@ -50,12 +96,51 @@ pub struct Resource {
     pub content: Content,
 }
 
+/// Reads a resource that matched a template, from the template's variables.
+pub type TemplateReader =
+    Arc<dyn Fn(&str, &HashMap<String, String>, &Exchange) -> Result<Outcome, String> + Send + Sync>;
+
+#[derive(Clone)]
 pub struct ResourceTemplate {
     pub uri_template: String,
     pub def: Value,
     pub scopes: Vec<String>,
+    /// Produces the `contents` array (as `Outcome::Complete`) for a matching URI.
+    pub reader: TemplateReader,
 }
 
+/// Match `uri` against a level-1 RFC 6570 template (`{name}` expressions, each matching one or
+/// more characters other than `/`), returning the variables.
+pub fn match_template(template: &str, uri: &str) -> Option<HashMap<String, String>> {
+    let mut vars = HashMap::new();
+    let mut rest = uri;
+    let mut tpl = template;
+    while !tpl.is_empty() {
+        if let Some(after_open) = tpl.strip_prefix('{') {
+            let close = after_open.find('}')?;
+            let name = &after_open[..close];
+            tpl = &after_open[close + 1..];
+            // The literal that follows the expression bounds its value.
+            let next_literal = tpl.split('{').next().unwrap_or_default();
+            let end =
+                if next_literal.is_empty() { rest.find('/').unwrap_or(rest.len()) } else { rest.find(next_literal)? };
+            let value = &rest[..end];
+            if value.is_empty() || value.contains('/') {
+                return None;
+            }
+            vars.insert(name.to_owned(), value.to_owned());
+            rest = &rest[end..];
+        } else {
+            let literal_end = tpl.find('{').unwrap_or(tpl.len());
+            let literal = &tpl[..literal_end];
+            rest = rest.strip_prefix(literal)?;
+            tpl = &tpl[literal_end..];
+        }
+    }
+    rest.is_empty().then_some(vars)
+}
+
+#[derive(Clone)]
 pub struct Prompt {
     pub name: String,
     pub def: Value,
@@ -66,6 +151,7 @@ pub struct Prompt {
 }
 
 /// Everything the server offers at one version.
+#[derive(Clone)]
 pub struct Catalog {
     pub version: u64,
     pub server_info: Value,
@@ -100,6 +186,11 @@ impl Catalog {
         self.prompts.iter().find(|p| p.name == name)
     }
 
+    /// The first template matching `uri`, with its variables.
+    pub fn template_for(&self, uri: &str) -> Option<(&ResourceTemplate, HashMap<String, String>)> {
+        self.templates.iter().find_map(|t| match_template(&t.uri_template, uri).map(|vars| (t, vars)))
+    }
+
     /// The wire form served by `Snapshot`.
     pub fn to_proto(&self) -> pb::Catalog {
         let json = |v: &Value| serde_json::to_vec(v).unwrap_or_default();
@@ -110,20 +201,12 @@ impl Catalog {
             tools: self
                 .tools
                 .iter()
-                .map(|t| pb::Tool {
-                    name: t.name.clone(),
-                    json: json(&t.def),
-                    scopes: t.scopes.clone(),
-                })
+                .map(|t| pb::Tool { name: t.name.clone(), json: json(&t.def), scopes: t.scopes.clone() })
                 .collect(),
             resources: self
                 .resources
                 .iter()
-                .map(|r| pb::Resource {
-                    uri: r.uri.clone(),
-                    json: json(&r.def),
-                    scopes: r.scopes.clone(),
-                })
+                .map(|r| pb::Resource { uri: r.uri.clone(), json: json(&r.def), scopes: r.scopes.clone() })
                 .collect(),
             resource_templates: self
                 .templates
@@ -137,11 +220,7 @@ impl Catalog {
             prompts: self
                 .prompts
                 .iter()
-                .map(|p| pb::Prompt {
-                    name: p.name.clone(),
-                    json: json(&p.def),
-                    scopes: p.scopes.clone(),
-                })
+                .map(|p| pb::Prompt { name: p.name.clone(), json: json(&p.def), scopes: p.scopes.clone() })
                 .collect(),
         }
     }
@@ -160,10 +239,9 @@ impl Resource {
         }
         match &self.content {
             Content::Text(t) => item.insert("text".into(), Value::String(t.clone())),
-            Content::Blob(b) => item.insert(
-                "blob".into(),
-                Value::String(base64::engine::general_purpose::STANDARD.encode(b)),
-            ),
+            Content::Blob(b) => {
+                item.insert("blob".into(), Value::String(base64::engine::general_purpose::STANDARD.encode(b)))
+            }
         };
         Value::Array(vec![Value::Object(item)])
     }
@@ -175,6 +253,10 @@ pub struct ToolContext {
     wants_progress: bool,
     /// Minimum log rank the client asked for; `None` means no log events.
     log_rank: Option<usize>,
+    /// What the client sent for a multi round-trip request, and its capabilities.
+    pub exchange: Exchange,
+    /// The live catalog, for tools that change what the server offers.
+    pub catalog: crate::server::CatalogHandle,
 }
 
 // === impl ToolContext ===
@@ -184,12 +266,10 @@ impl ToolContext {
         events: mpsc::Sender<Result<pb::ToolEvent, tonic::Status>>,
         wants_progress: bool,
         log_level: &str,
+        exchange: Exchange,
+        catalog: crate::server::CatalogHandle,
     ) -> Self {
-        Self {
-            events,
-            wants_progress,
-            log_rank: mcp_proto::vocab::log_level_rank(log_level),
-        }
+        Self { events, wants_progress, log_rank: mcp_proto::vocab::log_level_rank(log_level), exchange, catalog }
     }
 
     /// Report progress, if the client asked for it.
@@ -197,15 +277,8 @@ impl ToolContext {
         if !self.wants_progress {
             return;
         }
-        let event = pb::tool_event::Event::Progress(pb::Progress {
-            progress,
-            total,
-            message: message.to_owned(),
-        });
-        let _ = self
-            .events
-            .send(Ok(pb::ToolEvent { event: Some(event) }))
-            .await;
+        let event = pb::tool_event::Event::Progress(pb::Progress { progress, total, message: message.to_owned() });
+        let _ = self.events.send(Ok(pb::ToolEvent { event: Some(event) })).await;
     }
 
     /// Emit a log message, if the client asked for this level or a lower one.
@@ -219,10 +292,7 @@ impl ToolContext {
             logger: String::new(),
             data_json: serde_json::to_vec(&data).unwrap_or_default(),
         });
-        let _ = self
-            .events
-            .send(Ok(pb::ToolEvent { event: Some(event) }))
-            .await;
+        let _ = self.events.send(Ok(pb::ToolEvent { event: Some(event) })).await;
     }
 
     /// Whether the caller has gone away (the call was cancelled).
@@ -234,4 +304,27 @@ impl ToolContext {
 /// A text-only `CallToolResult`.
 pub fn text_result(text: impl Into<String>, is_error: bool) -> Value {
     serde_json::json!({ "content": [{ "type": "text", "text": text.into() }], "isError": is_error })
+}
+
+/// A finished text-only tool outcome.
+pub fn text_outcome(text: impl Into<String>) -> Result<Outcome, ToolError> {
+    Ok(Outcome::Complete(text_result(text, false)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn template_matching() {
+        let vars = match_template("test://template/{id}/data", "test://template/123/data").expect("match");
+        assert_eq!(vars["id"], "123");
+        assert!(match_template("test://template/{id}/data", "test://template/1/2/data").is_none());
+        assert!(match_template("test://template/{id}/data", "test://template//data").is_none());
+        assert!(match_template("test://template/{id}/data", "test://template/1/datax").is_none());
+        let vars = match_template("crm://customers/{id}", "crm://customers/42").expect("match");
+        assert_eq!(vars["id"], "42");
+        let vars = match_template("x://{a}-{b}", "x://one-two").expect("match");
+        assert_eq!((vars["a"].as_str(), vars["b"].as_str()), ("one", "two"));
+    }
 }

@@ -16,20 +16,13 @@ pub struct Config {
 
 impl Default for Config {
     fn default() -> Self {
-        Self {
-            listen: ([127, 0, 0, 1], 50052).into(),
-            definitions: None,
-        }
+        Self { listen: ([127, 0, 0, 1], 50052).into(), definitions: None }
     }
 }
 
 /// Command-line flags; only the ones given override the file and environment.
 #[derive(Debug, clap::Parser, Serialize)]
-#[command(
-    name = "registry-service",
-    version,
-    about = "The MCP catalog service (gRPC)"
-)]
+#[command(name = "registry-service", version, about = "The MCP catalog service (gRPC)")]
 pub struct Cli {
     /// Address to listen on (gRPC), e.g. 127.0.0.1:50052.
     #[arg(long)]

@@ -28,10 +28,7 @@ pub use config::Config;
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     #[error("cannot listen on {addr}: {source}")]
-    Bind {
-        addr: SocketAddr,
-        source: std::io::Error,
-    },
+    Bind { addr: SocketAddr, source: std::io::Error },
     #[error("gRPC server failed: {0}")]
     Serve(#[from] tonic::transport::Error),
     #[error("{0}")]
@@ -52,30 +49,19 @@ pub fn load_catalog(config: &Config) -> Result<Arc<Catalog>, Error> {
 /// Bind the configured address and serve until `shutdown` is cancelled.
 pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), Error> {
     let catalog = load_catalog(&config)?;
-    let listener = TcpListener::bind(config.listen)
-        .await
-        .map_err(|source| Error::Bind {
-            addr: config.listen,
-            source,
-        })?;
+    let listener =
+        TcpListener::bind(config.listen).await.map_err(|source| Error::Bind { addr: config.listen, source })?;
     serve(listener, catalog, shutdown).await
 }
 
 /// Serve the catalog on an already bound listener until `shutdown` is cancelled.
-pub async fn serve(
-    listener: TcpListener,
-    catalog: Arc<Catalog>,
-    shutdown: CancellationToken,
-) -> Result<(), Error> {
-    let addr = listener.local_addr().map_err(|source| Error::Bind {
-        addr: ([0, 0, 0, 0], 0).into(),
-        source,
-    })?;
+pub async fn serve(listener: TcpListener, catalog: Arc<Catalog>, shutdown: CancellationToken) -> Result<(), Error> {
+    let addr = listener.local_addr().map_err(|source| Error::Bind { addr: ([0, 0, 0, 0], 0).into(), source })?;
     let (health_reporter, health_service) = tonic_health::server::health_reporter();
     health_reporter
         .set_serving::<mcp_proto::registry::registry_server::RegistryServer<server::RegistryService>>()
         .await;
-    let service = server::RegistryService::new(catalog);
+    let service = server::RegistryService::new(server::CatalogHandle::new(catalog));
     tracing::info!(service = "registry-service", %addr, "listening");
     let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
     let drain = shutdown.clone();

@@ -1,4 +1,4 @@
-//! The `registry.v1.Registry` gRPC service over a catalog.
+//! The `registry.v1.Registry` gRPC service over a live catalog.
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -6,34 +6,66 @@ use std::sync::Arc;
 use futures_util::Stream;
 use mcp_proto::registry::{self as pb, registry_server::Registry};
 use serde_json::Value;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{broadcast, mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
 
-use crate::catalog::{Catalog, ToolContext, ToolError, permits, text_result};
+use crate::catalog::{Catalog, Exchange, Outcome, ToolContext, ToolError, permits, text_result};
 
 type EventStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'static>>;
 
-/// Serves one catalog at a time; a new catalog replaces the old one atomically.
-pub struct RegistryService {
-    current: watch::Receiver<Arc<Catalog>>,
-    // Keeps the channel open while the service lives.
-    _publisher: Arc<watch::Sender<Arc<Catalog>>>,
+/// The live catalog: replaced atomically, and watched by every connected mcp-service.
+#[derive(Clone)]
+pub struct CatalogHandle {
+    current: Arc<watch::Sender<Arc<Catalog>>>,
+    updated: broadcast::Sender<String>,
 }
 
-// === impl RegistryService ===
+// === impl CatalogHandle ===
 
-impl RegistryService {
+impl CatalogHandle {
     pub fn new(catalog: Arc<Catalog>) -> Self {
-        let (tx, rx) = watch::channel(catalog);
-        Self {
-            current: rx,
-            _publisher: Arc::new(tx),
-        }
+        let (tx, _) = watch::channel(catalog);
+        let (updated, _) = broadcast::channel(256);
+        Self { current: Arc::new(tx), updated }
     }
 
-    fn catalog(&self) -> Arc<Catalog> {
+    pub fn current(&self) -> Arc<Catalog> {
         self.current.borrow().clone()
+    }
+
+    /// Replace the catalog with `change` applied to a copy of it, under a new version.
+    pub fn modify(&self, change: impl FnOnce(&mut Catalog)) {
+        self.current.send_modify(|c| {
+            let mut next = Catalog::clone(c);
+            change(&mut next);
+            next.version = c.version + 1;
+            *c = Arc::new(next);
+        });
+    }
+
+    /// Replace the whole catalog, under a new version.
+    pub fn replace(&self, mut catalog: Catalog) {
+        self.current.send_modify(|c| {
+            catalog.version = c.version + 1;
+            *c = Arc::new(catalog);
+        });
+    }
+
+    /// Announce that a resource's contents changed.
+    pub fn resource_updated(&self, uri: &str) {
+        let _ = self.updated.send(uri.to_owned());
+    }
+}
+
+/// Serves the live catalog.
+pub struct RegistryService {
+    catalog: CatalogHandle,
+}
+
+impl RegistryService {
+    pub fn new(catalog: CatalogHandle) -> Self {
+        Self { catalog }
     }
 }
 
@@ -42,47 +74,65 @@ fn not_found(kind: &str, name: &str) -> Status {
     Status::not_found(format!("unknown {kind}: {name}"))
 }
 
+fn exchange(responses: &[u8], state: &[u8], capabilities: &[u8]) -> Result<Exchange, Status> {
+    Exchange::from_wire(responses, state, capabilities).map_err(Status::invalid_argument)
+}
+
+fn json_bytes(v: &Value) -> Vec<u8> {
+    serde_json::to_vec(v).unwrap_or_default()
+}
+
+fn input_required(requests: &Value, state: &Value) -> pb::InputRequired {
+    pb::InputRequired { input_requests_json: json_bytes(requests), state_json: json_bytes(state) }
+}
+
 #[tonic::async_trait]
 impl Registry for RegistryService {
-    async fn snapshot(
-        &self,
-        _req: Request<pb::SnapshotRequest>,
-    ) -> Result<Response<pb::Catalog>, Status> {
-        Ok(Response::new(self.catalog().to_proto()))
+    async fn snapshot(&self, _req: Request<pb::SnapshotRequest>) -> Result<Response<pb::Catalog>, Status> {
+        Ok(Response::new(self.catalog.current().to_proto()))
     }
 
     type WatchStream = EventStream<pb::CatalogChanged>;
 
-    async fn watch(
-        &self,
-        _req: Request<pb::WatchRequest>,
-    ) -> Result<Response<Self::WatchStream>, Status> {
-        let mut rx = self.current.clone();
-        let stream = async_stream_from(move |tx| async move {
+    async fn watch(&self, _req: Request<pb::WatchRequest>) -> Result<Response<Self::WatchStream>, Status> {
+        let mut versions = self.catalog.current.subscribe();
+        let mut updates = self.catalog.updated.subscribe();
+        let (tx, rx) = mpsc::channel(16);
+        tokio::spawn(async move {
+            let mut version = versions.borrow_and_update().version;
+            if tx.send(Ok(pb::CatalogChanged { version, updated_uris: vec![] })).await.is_err() {
+                return;
+            }
             loop {
-                let version = rx.borrow_and_update().version;
-                if tx.send(Ok(pb::CatalogChanged { version })).await.is_err() {
-                    return;
-                }
-                if rx.changed().await.is_err() {
-                    // The catalog can no longer change; keep the stream open until the caller leaves.
-                    tx.closed().await;
+                let change = tokio::select! {
+                    _ = tx.closed() => return,
+                    changed = versions.changed() => match changed {
+                        Ok(()) => {
+                            version = versions.borrow_and_update().version;
+                            pb::CatalogChanged { version, updated_uris: vec![] }
+                        }
+                        Err(_) => return,
+                    },
+                    uri = updates.recv() => match uri {
+                        Ok(uri) => pb::CatalogChanged { version, updated_uris: vec![uri] },
+                        Err(broadcast::error::RecvError::Lagged(_)) => continue,
+                        Err(broadcast::error::RecvError::Closed) => return,
+                    },
+                };
+                if tx.send(Ok(change)).await.is_err() {
                     return;
                 }
             }
         });
-        Ok(Response::new(stream))
+        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
     }
 
     type CallToolStream = EventStream<pb::ToolEvent>;
 
     #[tracing::instrument(skip_all, fields(tool = %req.get_ref().name))]
-    async fn call_tool(
-        &self,
-        req: Request<pb::CallToolRequest>,
-    ) -> Result<Response<Self::CallToolStream>, Status> {
+    async fn call_tool(&self, req: Request<pb::CallToolRequest>) -> Result<Response<Self::CallToolStream>, Status> {
         let req = req.into_inner();
-        let catalog = self.catalog();
+        let catalog = self.catalog.current();
         let tool = catalog
             .tool(&req.name)
             .filter(|t| permits(req.caller.as_ref(), &t.scopes))
@@ -93,24 +143,27 @@ impl Registry for RegistryService {
             serde_json::from_slice(&req.arguments_json)
                 .map_err(|e| Status::invalid_argument(format!("arguments are not JSON: {e}")))?
         };
+        let exchange = exchange(&req.input_responses_json, &req.state_json, &req.client_capabilities_json)?;
         let handler = tool.handler.clone();
         let (tx, rx) = mpsc::channel(16);
-        let ctx = ToolContext::new(tx.clone(), req.wants_progress, &req.log_level);
+        let ctx = ToolContext::new(tx.clone(), req.wants_progress, &req.log_level, exchange, self.catalog.clone());
         tokio::spawn(async move {
-            let outcome = handler(args, ctx).await;
-            let result = match outcome {
-                Ok(v) => v,
+            use pb::tool_event::Event;
+            let event = match handler(args, ctx).await {
+                Ok(Outcome::Complete(v)) => Event::ResultJson(json_bytes(&v)),
+                Ok(Outcome::InputRequired { requests, state }) => {
+                    Event::InputRequired(input_required(&requests, &state))
+                }
+                Ok(Outcome::MissingCapabilities(caps)) => Event::MissingCapabilitiesJson(json_bytes(&caps)),
                 // The model can correct its arguments: a tool execution error, not a protocol error.
                 Err(ToolError::InvalidArguments(msg)) => {
-                    text_result(format!("Invalid arguments: {msg}"), true)
+                    Event::ResultJson(json_bytes(&text_result(format!("Invalid arguments: {msg}"), true)))
                 }
                 Err(ToolError::Internal(msg)) => {
                     tracing::warn!(error = %msg, "tool failed");
-                    text_result("The tool failed to run.", true)
+                    Event::ResultJson(json_bytes(&text_result("The tool failed to run.", true)))
                 }
             };
-            let event =
-                pb::tool_event::Event::ResultJson(serde_json::to_vec(&result).unwrap_or_default());
             let _ = tx.send(Ok(pb::ToolEvent { event: Some(event) })).await;
         });
         Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
@@ -121,65 +174,66 @@ impl Registry for RegistryService {
         req: Request<pb::ReadResourceRequest>,
     ) -> Result<Response<pb::ReadResourceResult>, Status> {
         let req = req.into_inner();
-        let catalog = self.catalog();
-        let resource = catalog
-            .resource(&req.uri)
-            .filter(|r| permits(req.caller.as_ref(), &r.scopes))
+        let catalog = self.catalog.current();
+        if let Some(resource) = catalog.resource(&req.uri).filter(|r| permits(req.caller.as_ref(), &r.scopes)) {
+            let contents = json_bytes(&resource.contents());
+            return Ok(Response::new(pb::ReadResourceResult { contents_json: contents, input_required: None }));
+        }
+        let (template, vars) = catalog
+            .template_for(&req.uri)
+            .filter(|(t, _)| permits(req.caller.as_ref(), &t.scopes))
             .ok_or_else(|| not_found("resource", &req.uri))?;
-        let contents = serde_json::to_vec(&resource.contents())
-            .map_err(|e| Status::internal(e.to_string()))?;
-        Ok(Response::new(pb::ReadResourceResult {
-            contents_json: contents,
-        }))
+        let exchange = exchange(&req.input_responses_json, &req.state_json, &req.client_capabilities_json)?;
+        match (template.reader)(&req.uri, &vars, &exchange).map_err(Status::invalid_argument)? {
+            Outcome::Complete(contents) => {
+                Ok(Response::new(pb::ReadResourceResult { contents_json: json_bytes(&contents), input_required: None }))
+            }
+            Outcome::InputRequired { requests, state } => Ok(Response::new(pb::ReadResourceResult {
+                contents_json: Vec::new(),
+                input_required: Some(input_required(&requests, &state)),
+            })),
+            Outcome::MissingCapabilities(_) => Err(Status::failed_precondition("missing client capabilities")),
+        }
     }
 
-    async fn get_prompt(
-        &self,
-        req: Request<pb::GetPromptRequest>,
-    ) -> Result<Response<pb::GetPromptResult>, Status> {
+    async fn get_prompt(&self, req: Request<pb::GetPromptRequest>) -> Result<Response<pb::GetPromptResult>, Status> {
         let req = req.into_inner();
-        let catalog = self.catalog();
+        let catalog = self.catalog.current();
         let prompt = catalog
             .prompt(&req.name)
             .filter(|p| permits(req.caller.as_ref(), &p.scopes))
             .ok_or_else(|| not_found("prompt", &req.name))?;
-        let rendered = (prompt.render)(&req.arguments).map_err(Status::invalid_argument)?;
-        let json = serde_json::to_vec(&rendered).map_err(|e| Status::internal(e.to_string()))?;
-        Ok(Response::new(pb::GetPromptResult { json }))
+        let exchange = exchange(&req.input_responses_json, &req.state_json, &req.client_capabilities_json)?;
+        match (prompt.render)(&req.arguments, &exchange).map_err(Status::invalid_argument)? {
+            Outcome::Complete(v) => {
+                Ok(Response::new(pb::GetPromptResult { json: json_bytes(&v), input_required: None }))
+            }
+            Outcome::InputRequired { requests, state } => Ok(Response::new(pb::GetPromptResult {
+                json: Vec::new(),
+                input_required: Some(input_required(&requests, &state)),
+            })),
+            Outcome::MissingCapabilities(_) => Err(Status::failed_precondition("missing client capabilities")),
+        }
     }
 
-    async fn complete(
-        &self,
-        req: Request<pb::CompleteRequest>,
-    ) -> Result<Response<pb::CompleteResult>, Status> {
+    async fn complete(&self, req: Request<pb::CompleteRequest>) -> Result<Response<pb::CompleteResult>, Status> {
         const MAX_VALUES: usize = 100;
         let req = req.into_inner();
-        let catalog = self.catalog();
+        let catalog = self.catalog.current();
         let candidates: &[String] = match req.ref_type.as_str() {
             "ref/prompt" => {
                 let prompt = catalog
                     .prompt(&req.ref_name)
                     .filter(|p| permits(req.caller.as_ref(), &p.scopes))
                     .ok_or_else(|| not_found("prompt", &req.ref_name))?;
-                prompt
-                    .completions
-                    .get(&req.argument_name)
-                    .map(Vec::as_slice)
-                    .unwrap_or(&[])
+                prompt.completions.get(&req.argument_name).map(Vec::as_slice).unwrap_or(&[])
             }
             "ref/resource" => &[],
-            other => {
-                return Err(Status::invalid_argument(format!(
-                    "unknown reference type: {other}"
-                )));
-            }
+            other => return Err(Status::invalid_argument(format!("unknown reference type: {other}"))),
         };
         let prefix = req.argument_value.to_lowercase();
-        let matching: Vec<String> = candidates
-            .iter()
-            .filter(|c| c.to_lowercase().starts_with(&prefix))
-            .cloned()
-            .collect();
+        let matching: Vec<String> =
+            candidates.iter().filter(|c| c.to_lowercase().starts_with(&prefix)).cloned().collect();
         let total = matching.len();
         let values: Vec<String> = matching.into_iter().take(MAX_VALUES).collect();
         Ok(Response::new(pb::CompleteResult {
@@ -188,16 +242,4 @@ impl Registry for RegistryService {
             values,
         }))
     }
-}
-
-/// A stream fed by a spawned task through a channel.
-fn async_stream_from<T, F, Fut>(f: F) -> EventStream<T>
-where
-    T: Send + 'static,
-    F: FnOnce(mpsc::Sender<Result<T, Status>>) -> Fut,
-    Fut: Future<Output = ()> + Send + 'static,
-{
-    let (tx, rx) = mpsc::channel(4);
-    tokio::spawn(f(tx));
-    Box::pin(ReceiverStream::new(rx))
 }

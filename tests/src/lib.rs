@@ -33,16 +33,9 @@ pub fn bin(name: &str) -> PathBuf {
     }
     let exe = std::env::current_exe().expect("test executable path");
     // target/<profile>/deps/e2e-… → target/<profile>/<name>
-    let dir = exe
-        .parent()
-        .and_then(|d| d.parent())
-        .expect("target directory");
+    let dir = exe.parent().and_then(|d| d.parent()).expect("target directory");
     let path = dir.join(name);
-    assert!(
-        path.exists(),
-        "{} is missing: run `cargo build --workspace --bins` first",
-        path.display()
-    );
+    assert!(path.exists(), "{} is missing: run `cargo build --workspace --bins` first", path.display());
     path
 }
 
@@ -108,33 +101,16 @@ fn drain_logs(
 impl Proc {
     /// Start `name` with `args` and wait for `service`'s `listening` line.
     pub async fn start(name: &str, args: &[&str], service: &str) -> Proc {
-        let mut child = command(name, args)
-            .spawn()
-            .unwrap_or_else(|e| panic!("spawn {name}: {e}"));
+        let mut child = command(name, args).spawn().unwrap_or_else(|e| panic!("spawn {name}: {e}"));
         let logs = Arc::new(Mutex::new(Vec::new()));
         let (tx, rx) = tokio::sync::oneshot::channel();
         let stderr = child.stderr.take().expect("stderr piped");
-        let log_reader = drain_logs(
-            name.to_owned(),
-            stderr,
-            logs.clone(),
-            Some(service.to_owned()),
-            tx,
-        );
+        let log_reader = drain_logs(name.to_owned(), stderr, logs.clone(), Some(service.to_owned()), tx);
         let addr = match tokio::time::timeout(START_TIMEOUT, rx).await {
             Ok(Ok(addr)) => addr,
-            _ => panic!(
-                "{name} did not report listening; logs:\n{}",
-                logs.lock().expect("logs").join("\n")
-            ),
+            _ => panic!("{name} did not report listening; logs:\n{}", logs.lock().expect("logs").join("\n")),
         };
-        Proc {
-            name: name.to_owned(),
-            child,
-            addr: Some(addr),
-            logs,
-            log_reader: Some(log_reader),
-        }
+        Proc { name: name.to_owned(), child, addr: Some(addr), logs, log_reader: Some(log_reader) }
     }
 
     pub fn addr(&self) -> SocketAddr {
@@ -148,10 +124,7 @@ impl Proc {
     /// Send SIGTERM and wait for the exit status.
     pub async fn terminate(mut self) -> ExitStatus {
         let pid = self.child.id().expect("running child");
-        let status = std::process::Command::new("kill")
-            .args(["-TERM", &pid.to_string()])
-            .status()
-            .expect("kill");
+        let status = std::process::Command::new("kill").args(["-TERM", &pid.to_string()]).status().expect("kill");
         assert!(status.success(), "kill -TERM {pid}");
         let status = tokio::time::timeout(Duration::from_secs(20), self.child.wait())
             .await
@@ -178,62 +151,31 @@ pub struct Stack {
 impl Stack {
     /// `gateway --standalone`: every component in one process.
     pub async fn standalone() -> Stack {
-        let gw = Proc::start(
-            "gateway",
-            &["--standalone", "--listen", "127.0.0.1:0"],
-            "gateway",
-        )
-        .await;
+        let gw = Proc::start("gateway", &["--standalone", "--listen", "127.0.0.1:0"], "gateway").await;
         let base = gw.url();
-        Stack {
-            procs: vec![gw],
-            base,
-        }
+        Stack { procs: vec![gw], base }
     }
 
     /// One process per component, started in dependency order.
     pub async fn microservices() -> Stack {
-        let registry = Proc::start(
-            "registry-service",
-            &["--listen", "127.0.0.1:0"],
-            "registry-service",
-        )
-        .await;
-        let mcp = Proc::start(
-            "mcp-service",
-            &["--listen", "127.0.0.1:0", "--registry", &registry.url()],
-            "mcp-service",
-        )
-        .await;
+        let registry = Proc::start("registry-service", &["--listen", "127.0.0.1:0"], "registry-service").await;
+        let mcp =
+            Proc::start("mcp-service", &["--listen", "127.0.0.1:0", "--registry", &registry.url()], "mcp-service")
+                .await;
         let oauth = Proc::start(
             "oauth-service",
-            &[
-                "--listen",
-                "127.0.0.1:0",
-                "--issuer",
-                "http://127.0.0.1:8080",
-            ],
+            &["--listen", "127.0.0.1:0", "--issuer", "http://127.0.0.1:8080"],
             "oauth-service",
         )
         .await;
         let gw = Proc::start(
             "gateway",
-            &[
-                "--listen",
-                "127.0.0.1:0",
-                "--mcp-service",
-                &mcp.url(),
-                "--oauth-service",
-                &oauth.url(),
-            ],
+            &["--listen", "127.0.0.1:0", "--mcp-service", &mcp.url(), "--oauth-service", &oauth.url()],
             "gateway",
         )
         .await;
         let base = gw.url();
-        Stack {
-            procs: vec![registry, mcp, oauth, gw],
-            base,
-        }
+        Stack { procs: vec![registry, mcp, oauth, gw], base }
     }
 
     pub fn client(&self) -> Client {
@@ -259,10 +201,7 @@ pub struct Reply {
 
 impl Reply {
     pub fn content_type(&self) -> &str {
-        self.headers
-            .get("content-type")
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or_default()
+        self.headers.get("content-type").and_then(|v| v.to_str().ok()).unwrap_or_default()
     }
 
     pub fn error_code(&self) -> Option<i64> {
@@ -270,9 +209,7 @@ impl Reply {
     }
 
     pub fn result(&self) -> &Value {
-        self.json
-            .get("result")
-            .unwrap_or_else(|| panic!("no result in {}: {}", self.status, self.text))
+        self.json.get("result").unwrap_or_else(|| panic!("no result in {}: {}", self.status, self.text))
     }
 }
 
@@ -280,13 +217,8 @@ impl Reply {
 pub fn sse_messages(text: &str) -> Vec<Value> {
     text.split("\n\n")
         .filter_map(|event| {
-            let data: Vec<&str> = event
-                .lines()
-                .filter_map(|l| l.strip_prefix("data:"))
-                .map(str::trim_start)
-                .collect();
-            (!data.is_empty())
-                .then(|| serde_json::from_str(&data.join("\n")).expect("SSE data is JSON"))
+            let data: Vec<&str> = event.lines().filter_map(|l| l.strip_prefix("data:")).map(str::trim_start).collect();
+            (!data.is_empty()).then(|| serde_json::from_str(&data.join("\n")).expect("SSE data is JSON"))
         })
         .collect()
 }
@@ -316,22 +248,12 @@ pub struct Client {
 
 impl Client {
     pub fn new(url: &str) -> Self {
-        let http = reqwest::Client::builder()
-            .timeout(REPLY_TIMEOUT)
-            .build()
-            .expect("HTTP client");
-        Self {
-            http,
-            url: url.to_owned(),
-        }
+        let http = reqwest::Client::builder().timeout(REPLY_TIMEOUT).build().expect("HTTP client");
+        Self { http, url: url.to_owned() }
     }
 
     /// POST raw bytes with the given headers (plus JSON Content-Type and Accept unless given).
-    pub async fn post_raw(
-        &self,
-        body: impl Into<reqwest::Body>,
-        headers: &[(&str, &str)],
-    ) -> Reply {
+    pub async fn post_raw(&self, body: impl Into<reqwest::Body>, headers: &[(&str, &str)]) -> Reply {
         let mut req = self.http.post(&self.url).body(body);
         let has = |n: &str| headers.iter().any(|(k, _)| k.eq_ignore_ascii_case(n));
         if !has("content-type") {
@@ -355,23 +277,13 @@ impl Client {
             let events = sse_messages(&text);
             (events.last().cloned().unwrap_or(Value::Null), events)
         } else {
-            (
-                serde_json::from_str(&text).unwrap_or(Value::Null),
-                Vec::new(),
-            )
+            (serde_json::from_str(&text).unwrap_or(Value::Null), Vec::new())
         };
-        Reply {
-            status,
-            headers,
-            text,
-            json,
-            events,
-        }
+        Reply { status, headers, text, json, events }
     }
 
     pub async fn post(&self, body: &Value, headers: &[(&str, &str)]) -> Reply {
-        self.post_raw(serde_json::to_vec(body).expect("JSON"), headers)
-            .await
+        self.post_raw(serde_json::to_vec(body).expect("JSON"), headers).await
     }
 
     /// A legacy request after the handshake at revision `version`.
@@ -383,11 +295,8 @@ impl Client {
     /// A 2026-07-28 request with `_meta` and the matching routing headers.
     pub async fn modern(&self, id: i64, method: &str, params: Value) -> Reply {
         let body = modern_request(id, method, params);
-        let name = body["params"]
-            .get("name")
-            .or_else(|| body["params"].get("uri"))
-            .and_then(Value::as_str)
-            .map(str::to_owned);
+        let name =
+            body["params"].get("name").or_else(|| body["params"].get("uri")).and_then(Value::as_str).map(str::to_owned);
         let mut headers = vec![("mcp-protocol-version", MODERN), ("mcp-method", method)];
         if let Some(name) = &name {
             headers.push(("mcp-name", name.as_str()));
@@ -414,28 +323,14 @@ impl StdioClient {
         let mut child = cmd.spawn().expect("spawn mcp-service --stdio");
         let logs = Arc::new(Mutex::new(Vec::new()));
         let (tx, _rx) = tokio::sync::oneshot::channel();
-        drain_logs(
-            "mcp-service(stdio)".into(),
-            child.stderr.take().expect("stderr"),
-            logs.clone(),
-            None,
-            tx,
-        );
+        drain_logs("mcp-service(stdio)".into(), child.stderr.take().expect("stderr"), logs.clone(), None, tx);
         let stdin = child.stdin.take().expect("stdin");
         let stdout = BufReader::new(child.stdout.take().expect("stdout")).lines();
-        StdioClient {
-            child,
-            stdin,
-            stdout,
-            logs,
-        }
+        StdioClient { child, stdin, stdout, logs }
     }
 
     pub async fn send_line(&mut self, line: &str) {
-        self.stdin
-            .write_all(line.as_bytes())
-            .await
-            .expect("write stdin");
+        self.stdin.write_all(line.as_bytes()).await.expect("write stdin");
         self.stdin.write_all(b"\n").await.expect("write stdin");
         self.stdin.flush().await.expect("flush stdin");
     }
@@ -451,8 +346,7 @@ impl StdioClient {
             .expect("a reply in time")
             .expect("read stdout")
             .expect("stdout open");
-        serde_json::from_str(&line)
-            .unwrap_or_else(|e| panic!("stdout line is not JSON ({e}): {line}"))
+        serde_json::from_str(&line).unwrap_or_else(|e| panic!("stdout line is not JSON ({e}): {line}"))
     }
 
     /// Send a request and collect messages until the reply with its id: (notifications, reply).
@@ -473,18 +367,10 @@ impl StdioClient {
     pub async fn close(mut self) -> ExitStatus {
         drop(self.stdin);
         // Anything left on stdout must still be protocol messages.
-        while let Ok(Ok(Some(line))) =
-            tokio::time::timeout(Duration::from_secs(10), self.stdout.next_line()).await
-        {
-            assert!(
-                serde_json::from_str::<Value>(&line).is_ok(),
-                "non-JSON on stdout: {line}"
-            );
+        while let Ok(Ok(Some(line))) = tokio::time::timeout(Duration::from_secs(10), self.stdout.next_line()).await {
+            assert!(serde_json::from_str::<Value>(&line).is_ok(), "non-JSON on stdout: {line}");
         }
-        tokio::time::timeout(Duration::from_secs(10), self.child.wait())
-            .await
-            .expect("exit after EOF")
-            .expect("wait")
+        tokio::time::timeout(Duration::from_secs(10), self.child.wait()).await.expect("exit after EOF").expect("wait")
     }
 }
 
@@ -494,9 +380,6 @@ pub async fn raw_exchange(addr: SocketAddr, request: &str) -> String {
     let mut stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
     stream.write_all(request.as_bytes()).await.expect("write");
     let mut buf = vec![0u8; 64 * 1024];
-    let n = tokio::time::timeout(REPLY_TIMEOUT, stream.read(&mut buf))
-        .await
-        .expect("an answer in time")
-        .expect("read");
+    let n = tokio::time::timeout(REPLY_TIMEOUT, stream.read(&mut buf)).await.expect("an answer in time").expect("read");
     String::from_utf8_lossy(&buf[..n]).into_owned()
 }

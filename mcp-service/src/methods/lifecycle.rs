@@ -4,13 +4,18 @@ use mcp_proto::vocab::{self, MODERN_REVISIONS};
 use serde_json::{Value, json};
 
 use crate::catalog::CatalogView;
-use crate::dispatch::Request;
 use crate::error::Error;
+use crate::request::Request;
 use crate::shape;
 
 /// Server capabilities for a legacy revision.
 fn legacy_capabilities(rev: &str) -> Value {
-    let mut caps = json!({ "tools": {}, "resources": {}, "prompts": {}, "logging": {} });
+    let mut caps = json!({
+        "tools": { "listChanged": true },
+        "resources": { "subscribe": true, "listChanged": true },
+        "prompts": { "listChanged": true },
+        "logging": {}
+    });
     if shape::at_least(rev, "2025-03-26") {
         caps["completions"] = json!({});
     }
@@ -24,9 +29,7 @@ pub fn initialize(req: &Request<'_>, catalog: &CatalogView) -> Result<Value, Err
         None | Some(Value::Null) => None,
         Some(Value::String(s)) => Some(s.as_str()),
         Some(_) => {
-            return Err(Error::InvalidParams(
-                "`protocolVersion` must be a string".into(),
-            ));
+            return Err(Error::InvalidParams("`protocolVersion` must be a string".into()));
         }
     };
     let negotiated = vocab::negotiate_legacy(requested);
@@ -35,18 +38,10 @@ pub fn initialize(req: &Request<'_>, catalog: &CatalogView) -> Result<Value, Err
             *n = Some(negotiated);
         }
         if let Ok(mut c) = session.client_capabilities.lock() {
-            *c = req
-                .params
-                .get("capabilities")
-                .cloned()
-                .unwrap_or(Value::Null);
+            *c = req.params.get("capabilities").cloned().unwrap_or(Value::Null);
         }
     }
-    tracing::info!(
-        requested = requested.unwrap_or("(none)"),
-        negotiated,
-        "initialize"
-    );
+    tracing::info!(requested = requested.unwrap_or("(none)"), negotiated, "initialize");
     let mut result = json!({
         "protocolVersion": negotiated,
         "capabilities": legacy_capabilities(negotiated),
@@ -77,9 +72,9 @@ pub fn discover(catalog: &CatalogView) -> Value {
     let mut result = json!({
         "supportedVersions": MODERN_REVISIONS,
         "capabilities": {
-            "tools": {},
-            "resources": {},
-            "prompts": {},
+            "tools": { "listChanged": true },
+            "resources": { "subscribe": true, "listChanged": true },
+            "prompts": { "listChanged": true },
             "completions": {},
             "logging": {},
             "extensions": {}

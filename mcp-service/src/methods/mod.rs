@@ -1,16 +1,18 @@
 //! Method handlers, one module per feature area.
 
+pub mod input;
 pub mod lifecycle;
 pub mod prompts;
 pub mod resources;
+pub mod subscriptions;
 pub mod tools;
 
 use serde_json::{Value, json};
 
 use crate::catalog::Item;
-use crate::dispatch::Request;
 use crate::error::Error;
 use crate::paging;
+use crate::request::Request;
 
 /// One page of the items the caller may see, each shaped for the request's revision.
 pub(crate) fn list_page(

@@ -5,12 +5,7 @@ use e2e::{Client, Stack};
 use serde_json::{Value, json};
 
 fn tool_names(result: &Value) -> Vec<&str> {
-    result["tools"]
-        .as_array()
-        .expect("tools array")
-        .iter()
-        .filter_map(|t| t["name"].as_str())
-        .collect()
+    result["tools"].as_array().expect("tools array").iter().filter_map(|t| t["name"].as_str()).collect()
 }
 
 /// initialize at 2025-06-18 → initialized → tools/list → tools/call, and the other methods.
@@ -23,16 +18,10 @@ async fn legacy_session(c: &Client) {
     assert_eq!(result["protocolVersion"], "2025-06-18");
     assert!(result["capabilities"]["tools"].is_object());
     assert!(result["serverInfo"]["name"].is_string());
-    assert!(
-        result.get("resultType").is_none(),
-        "legacy results carry no resultType"
-    );
+    assert!(result.get("resultType").is_none(), "legacy results carry no resultType");
 
     let r = c
-        .post(
-            &json!({"jsonrpc":"2.0","method":"notifications/initialized"}),
-            &[("mcp-protocol-version", "2025-06-18")],
-        )
+        .post(&json!({"jsonrpc":"2.0","method":"notifications/initialized"}), &[("mcp-protocol-version", "2025-06-18")])
         .await;
     assert_eq!(r.status, 202);
     assert!(r.text.is_empty());
@@ -42,29 +31,12 @@ async fn legacy_session(c: &Client) {
     assert_eq!(tool_names(r.result()), ["echo", "add", "count"]);
     assert!(r.result().get("ttlMs").is_none());
 
-    let r = c
-        .legacy(
-            "2025-06-18",
-            3,
-            "tools/call",
-            json!({"name":"echo","arguments":{"message":"héllo"}}),
-        )
-        .await;
+    let r = c.legacy("2025-06-18", 3, "tools/call", json!({"name":"echo","arguments":{"message":"héllo"}})).await;
     assert_eq!(r.json["id"], 3);
-    assert_eq!(
-        r.result()["content"][0],
-        json!({"type":"text","text":"héllo"})
-    );
+    assert_eq!(r.result()["content"][0], json!({"type":"text","text":"héllo"}));
     assert_eq!(r.result()["isError"], false);
 
-    let r = c
-        .legacy(
-            "2025-06-18",
-            4,
-            "tools/call",
-            json!({"name":"add","arguments":{"a":2,"b":3}}),
-        )
-        .await;
+    let r = c.legacy("2025-06-18", 4, "tools/call", json!({"name":"add","arguments":{"a":2,"b":3}})).await;
     assert_eq!(r.result()["structuredContent"], json!({"sum":5}));
 
     let r = c.legacy("2025-06-18", 5, "ping", json!({})).await;
@@ -72,60 +44,31 @@ async fn legacy_session(c: &Client) {
 
     let r = c.legacy("2025-06-18", 6, "resources/list", json!({})).await;
     assert_eq!(r.result()["resources"][0]["uri"], "about://server");
-    let r = c
-        .legacy(
-            "2025-06-18",
-            7,
-            "resources/read",
-            json!({"uri":"about://server"}),
-        )
-        .await;
+    let r = c.legacy("2025-06-18", 7, "resources/read", json!({"uri":"about://server"})).await;
     assert_eq!(r.result()["contents"][0]["mimeType"], "text/markdown");
-    assert!(
-        r.result()["contents"][0]["text"]
-            .as_str()
-            .is_some_and(|t| t.contains("2026-07-28"))
-    );
+    assert!(r.result()["contents"][0]["text"].as_str().is_some_and(|t| t.contains("2026-07-28")));
+
+    let r = c.legacy("2025-06-18", 8, "prompts/get", json!({"name":"summarize","arguments":{"topic":"sales"}})).await;
+    assert_eq!(r.result()["messages"][0]["role"], "user");
+    assert!(r.result()["messages"][0]["content"]["text"].as_str().is_some_and(|t| t.contains("sales")));
 
     let r = c
         .legacy(
             "2025-06-18",
-            8,
-            "prompts/get",
-            json!({"name":"summarize","arguments":{"topic":"sales"}}),
+            9,
+            "completion/complete",
+            json!({"ref":{"type":"ref/prompt","name":"summarize"},"argument":{"name":"topic","value":"s"}}),
         )
         .await;
-    assert_eq!(r.result()["messages"][0]["role"], "user");
-    assert!(
-        r.result()["messages"][0]["content"]["text"]
-            .as_str()
-            .is_some_and(|t| t.contains("sales"))
-    );
-
-    let r = c
-        .legacy("2025-06-18", 9, "completion/complete", json!({"ref":{"type":"ref/prompt","name":"summarize"},"argument":{"name":"topic","value":"s"}}))
-        .await;
-    assert_eq!(
-        r.result()["completion"]["values"],
-        json!(["sales", "support", "security"])
-    );
+    assert_eq!(r.result()["completion"]["values"], json!(["sales", "support", "security"]));
 
     // Legacy resource-not-found is -32002 with the URI.
-    let r = c
-        .legacy(
-            "2025-06-18",
-            10,
-            "resources/read",
-            json!({"uri":"about://missing"}),
-        )
-        .await;
+    let r = c.legacy("2025-06-18", 10, "resources/read", json!({"uri":"about://missing"})).await;
     assert_eq!(r.status, 200);
     assert_eq!(r.error_code(), Some(-32002));
     assert_eq!(r.json["error"]["data"]["uri"], "about://missing");
 
-    let r = c
-        .legacy("2025-06-18", 11, "tools/call", json!({"name":"nope"}))
-        .await;
+    let r = c.legacy("2025-06-18", 11, "tools/call", json!({"name":"nope"})).await;
     assert_eq!(r.error_code(), Some(-32602));
 
     // Unknown methods are -32601 with HTTP 200 in the legacy era.
@@ -153,74 +96,40 @@ async fn modern_sequence(c: &Client) {
     assert!(l["ttlMs"].as_u64().is_some());
     assert!(["public", "private"].contains(&l["cacheScope"].as_str().unwrap_or_default()));
 
-    let r = c
-        .modern(
-            3,
-            "tools/call",
-            json!({"name":"add","arguments":{"a":1.5,"b":2}}),
-        )
-        .await;
+    let r = c.modern(3, "tools/call", json!({"name":"add","arguments":{"a":1.5,"b":2}})).await;
     let call = r.result();
     assert_eq!(call["resultType"], "complete");
     assert_eq!(call["structuredContent"], json!({"sum":3.5}));
     assert!(call.get("ttlMs").is_none(), "tools/call is not cacheable");
     assert!(call["_meta"]["io.modelcontextprotocol/serverInfo"].is_object());
 
-    for (id, method) in [
-        (4, "resources/list"),
-        (5, "resources/templates/list"),
-        (6, "prompts/list"),
-    ] {
+    for (id, method) in [(4, "resources/list"), (5, "resources/templates/list"), (6, "prompts/list")] {
         let r = c.modern(id, method, json!({})).await;
         assert_eq!(r.status, 200, "{method}: {}", r.text);
-        assert!(
-            r.result()["ttlMs"].is_u64() && r.result()["cacheScope"].is_string(),
-            "{method}"
-        );
+        assert!(r.result()["ttlMs"].is_u64() && r.result()["cacheScope"].is_string(), "{method}");
     }
-    let r = c
-        .modern(7, "resources/read", json!({"uri":"about://server"}))
-        .await;
+    let r = c.modern(7, "resources/read", json!({"uri":"about://server"})).await;
     assert!(r.result()["ttlMs"].is_u64());
     assert_eq!(r.result()["contents"][0]["uri"], "about://server");
 
     // Modern resource-not-found is -32602 with the URI.
-    let r = c
-        .modern(8, "resources/read", json!({"uri":"test://nonexistent"}))
-        .await;
+    let r = c.modern(8, "resources/read", json!({"uri":"test://nonexistent"})).await;
     assert_eq!(r.error_code(), Some(-32602));
     assert_eq!(r.json["error"]["data"]["uri"], "test://nonexistent");
     assert_eq!(r.json["id"], 8);
 
     let r = c
-        .modern(
-            9,
-            "prompts/get",
-            json!({"name":"summarize","arguments":{"topic":"roadmap","style":"detailed"}}),
-        )
+        .modern(9, "prompts/get", json!({"name":"summarize","arguments":{"topic":"roadmap","style":"detailed"}}))
         .await;
     assert_eq!(r.result()["resultType"], "complete");
-    assert!(
-        r.result()["messages"][0]["content"]["text"]
-            .as_str()
-            .is_some_and(|t| t.contains("detailed"))
-    );
+    assert!(r.result()["messages"][0]["content"]["text"].as_str().is_some_and(|t| t.contains("detailed")));
 
     // Methods the stateless revision removed are 404 + -32601, same id.
-    for (id, method) in [
-        (10, "initialize"),
-        (11, "ping"),
-        (12, "logging/setLevel"),
-        (13, "resources/subscribe"),
-        (14, "no/such"),
-    ] {
+    for (id, method) in
+        [(10, "initialize"), (11, "ping"), (12, "logging/setLevel"), (13, "resources/subscribe"), (14, "no/such")]
+    {
         let r = c.modern(id, method, json!({})).await;
-        assert_eq!(
-            (r.status, r.error_code()),
-            (404, Some(-32601)),
-            "{method}: {}",
-            r.text
-        );
+        assert_eq!((r.status, r.error_code()), (404, Some(-32601)), "{method}: {}", r.text);
         assert_eq!(r.json["id"], id);
     }
 }
@@ -228,75 +137,36 @@ async fn modern_sequence(c: &Client) {
 /// A tool that reports progress answers with an SSE stream: notifications, then the reply.
 async fn progress_streams(c: &Client) {
     let r = c
-        .legacy("2025-11-25", 20, "tools/call", json!({"name":"count","arguments":{"to":3,"interval_ms":10},"_meta":{"progressToken":"p1"}}))
+        .legacy(
+            "2025-11-25",
+            20,
+            "tools/call",
+            json!({"name":"count","arguments":{"to":3,"interval_ms":10},"_meta":{"progressToken":"p1"}}),
+        )
         .await;
     assert_eq!(r.status, 200);
-    assert!(
-        r.content_type().starts_with("text/event-stream"),
-        "{}",
-        r.content_type()
-    );
-    let progress: Vec<&Value> = r
-        .events
-        .iter()
-        .filter(|e| e["method"] == "notifications/progress")
-        .collect();
+    assert!(r.content_type().starts_with("text/event-stream"), "{}", r.content_type());
+    let progress: Vec<&Value> = r.events.iter().filter(|e| e["method"] == "notifications/progress").collect();
     assert_eq!(progress.len(), 3);
-    assert_eq!(
-        progress[2]["params"],
-        json!({"progressToken":"p1","progress":3,"total":3,"message":"step 3 of 3"})
-    );
+    assert_eq!(progress[2]["params"], json!({"progressToken":"p1","progress":3,"total":3,"message":"step 3 of 3"}));
     assert_eq!(r.json["id"], 20);
     assert_eq!(r.json["result"]["content"][0]["text"], "counted to 3");
 
     // A client that accepts only JSON gets the reply alone.
     let body = json!({"jsonrpc":"2.0","id":21,"method":"tools/call","params":{"name":"count","arguments":{"to":2,"interval_ms":1},"_meta":{"progressToken":1}}});
-    let r = c
-        .post(
-            &body,
-            &[
-                ("accept", "application/json"),
-                ("mcp-protocol-version", "2025-11-25"),
-            ],
-        )
-        .await;
+    let r = c.post(&body, &[("accept", "application/json"), ("mcp-protocol-version", "2025-11-25")]).await;
     assert!(r.content_type().starts_with("application/json"));
     assert_eq!(r.json["result"]["content"][0]["text"], "counted to 2");
 
     // Modern: log notifications only when the request opts in with logLevel.
-    let r = c
-        .modern(
-            22,
-            "tools/call",
-            json!({"name":"count","arguments":{"to":2,"interval_ms":1}}),
-        )
-        .await;
-    assert!(
-        r.events.is_empty() || r.events.iter().all(|e| e.get("method").is_none()),
-        "{}",
-        r.text
-    );
-    let mut body = e2e::modern_request(
-        23,
-        "tools/call",
-        json!({"name":"count","arguments":{"to":2,"interval_ms":1}}),
-    );
+    let r = c.modern(22, "tools/call", json!({"name":"count","arguments":{"to":2,"interval_ms":1}})).await;
+    assert!(r.events.is_empty() || r.events.iter().all(|e| e.get("method").is_none()), "{}", r.text);
+    let mut body = e2e::modern_request(23, "tools/call", json!({"name":"count","arguments":{"to":2,"interval_ms":1}}));
     body["params"]["_meta"]["io.modelcontextprotocol/logLevel"] = json!("info");
     let r = c
-        .post(
-            &body,
-            &[
-                ("mcp-protocol-version", "2026-07-28"),
-                ("mcp-method", "tools/call"),
-                ("mcp-name", "count"),
-            ],
-        )
+        .post(&body, &[("mcp-protocol-version", "2026-07-28"), ("mcp-method", "tools/call"), ("mcp-name", "count")])
         .await;
-    let logs = r
-        .events
-        .iter()
-        .filter(|e| e["method"] == "notifications/message")
-        .count();
+    let logs = r.events.iter().filter(|e| e["method"] == "notifications/message").count();
     assert_eq!(logs, 2, "{}", r.text);
     assert_eq!(r.json["result"]["resultType"], "complete");
 }
@@ -336,19 +206,10 @@ async fn legacy_negotiation_follows_the_seed_rule() {
     for (i, (requested, expected)) in cases.into_iter().enumerate() {
         let body = json!({"jsonrpc":"2.0","id":i,"method":"initialize","params":{"protocolVersion":requested,"capabilities":{},"clientInfo":{"name":"e2e","version":"1"}}});
         let r = c.post(&body, &[]).await;
-        assert_eq!(
-            r.result()["protocolVersion"],
-            expected,
-            "requested {requested}"
-        );
+        assert_eq!(r.result()["protocolVersion"], expected, "requested {requested}");
     }
     // No protocolVersion at all: the newest legacy revision.
-    let r = c
-        .post(
-            &json!({"jsonrpc":"2.0","id":99,"method":"initialize","params":{"capabilities":{}}}),
-            &[],
-        )
-        .await;
+    let r = c.post(&json!({"jsonrpc":"2.0","id":99,"method":"initialize","params":{"capabilities":{}}}), &[]).await;
     assert_eq!(r.result()["protocolVersion"], "2025-11-25");
     // 2024-11-05 has no completions capability and no titles.
     let body = json!({"jsonrpc":"2.0","id":100,"method":"initialize","params":{"protocolVersion":"2024-11-05","capabilities":{}}});
@@ -362,21 +223,10 @@ async fn health_and_oauth_metadata_through_the_gateway() {
     let stack = Stack::microservices().await;
     let http = reqwest::Client::new();
     for path in ["/healthz", "/readyz"] {
-        let r = http
-            .get(format!("{}{path}", stack.base))
-            .send()
-            .await
-            .expect("GET");
+        let r = http.get(format!("{}{path}", stack.base)).send().await.expect("GET");
         assert_eq!(r.status(), 200, "{path}");
     }
-    let r = http
-        .get(format!(
-            "{}/.well-known/oauth-authorization-server",
-            stack.base
-        ))
-        .send()
-        .await
-        .expect("GET");
+    let r = http.get(format!("{}/.well-known/oauth-authorization-server", stack.base)).send().await.expect("GET");
     assert_eq!(r.status(), 200);
     let doc: Value = r.json().await.expect("JSON");
     assert_eq!(doc["issuer"], "http://127.0.0.1:8080");
@@ -384,11 +234,7 @@ async fn health_and_oauth_metadata_through_the_gateway() {
     // The oauth-service's own health endpoints.
     let oauth = &stack.procs[2];
     for path in ["/healthz", "/readyz"] {
-        let r = http
-            .get(format!("{}{path}", oauth.url()))
-            .send()
-            .await
-            .expect("GET");
+        let r = http.get(format!("{}{path}", oauth.url())).send().await.expect("GET");
         assert_eq!(r.status(), 200, "oauth {path}");
     }
 }

@@ -11,18 +11,8 @@ async fn every_service_exits_zero_on_sigterm() {
         let name = proc.name.clone();
         let logs = proc.logs.clone();
         let status = proc.terminate().await;
-        assert!(
-            status.success(),
-            "{name} exited with {status}; logs:\n{}",
-            logs.lock().expect("logs").join("\n")
-        );
-        assert!(
-            logs.lock()
-                .expect("logs")
-                .iter()
-                .any(|l| l.contains("stopped")),
-            "{name} logged its stop"
-        );
+        assert!(status.success(), "{name} exited with {status}; logs:\n{}", logs.lock().expect("logs").join("\n"));
+        assert!(logs.lock().expect("logs").iter().any(|l| l.contains("stopped")), "{name} logged its stop");
     }
     let standalone = Stack::standalone().await;
     let gw = standalone.procs.into_iter().next().expect("gateway");
@@ -34,12 +24,8 @@ async fn configuration_from_file_and_environment() {
     let dir = tempfile::tempdir().expect("tempdir");
     let file = dir.path().join("registry.toml");
     std::fs::write(&file, "listen = \"127.0.0.1:0\"\n").expect("write config");
-    let p = Proc::start(
-        "registry-service",
-        &["--config", file.to_str().expect("utf-8 path")],
-        "registry-service",
-    )
-    .await;
+    let p =
+        Proc::start("registry-service", &["--config", file.to_str().expect("utf-8 path")], "registry-service").await;
     assert_eq!(p.addr().ip().to_string(), "127.0.0.1");
     drop(p);
 
@@ -71,22 +57,11 @@ async fn configuration_from_file_and_environment() {
 async fn bad_configuration_is_refused_with_exit_64() {
     let cases: &[(&str, &[&str], &str)] = &[
         ("gateway", &["--listen", "127.0.0.1:0"], "mcp_service"),
-        (
-            "oauth-service",
-            &["--listen", "127.0.0.1:0", "--issuer", "ftp://x.example.com"],
-            "issuer",
-        ),
-        (
-            "registry-service",
-            &["--config", "/nonexistent/registry.toml"],
-            "registry.toml",
-        ),
+        ("oauth-service", &["--listen", "127.0.0.1:0", "--issuer", "ftp://x.example.com"], "issuer"),
+        ("registry-service", &["--config", "/nonexistent/registry.toml"], "registry.toml"),
     ];
     for (name, args, mentions) in cases {
-        let out = std::process::Command::new(bin(name))
-            .args(*args)
-            .output()
-            .expect("run");
+        let out = std::process::Command::new(bin(name)).args(*args).output().expect("run");
         assert_eq!(out.status.code(), Some(64), "{name} {args:?}");
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(err.contains(mentions), "{name}: {err}");
@@ -120,12 +95,7 @@ async fn gateway_reports_unready_when_mcp_service_is_gone() {
     assert_eq!(ready(format!("{}/readyz", gateway.url())).await, 503);
     // The MCP endpoint answers with a JSON-RPC error rather than hanging or crashing.
     let c = e2e::Client::new(&format!("{}/mcp", gateway.url()));
-    let r = c
-        .post(
-            &serde_json::json!({"jsonrpc":"2.0","id":9,"method":"ping"}),
-            &[],
-        )
-        .await;
+    let r = c.post(&serde_json::json!({"jsonrpc":"2.0","id":9,"method":"ping"}), &[]).await;
     assert_eq!((r.status, r.error_code()), (502, Some(-32603)));
     assert_eq!(r.json["id"], 9);
     assert_eq!(ready(format!("{}/healthz", gateway.url())).await, 200);

@@ -5,9 +5,7 @@ use serde_json::{Value, json};
 
 async fn walk(client: &mut StdioClient) {
     // An era probe before any handshake is answered.
-    let (_, r) = client
-        .request(&json!({"jsonrpc":"2.0","id":"probe","method":"server/discover"}))
-        .await;
+    let (_, r) = client.request(&json!({"jsonrpc":"2.0","id":"probe","method":"server/discover"})).await;
     assert_eq!(r["result"]["supportedVersions"], json!(["2026-07-28"]));
 
     // Legacy: initialize → initialized → tools/list → tools/call.
@@ -15,12 +13,8 @@ async fn walk(client: &mut StdioClient) {
         .request(&json!({"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"e2e","version":"1"}}}))
         .await;
     assert_eq!(r["result"]["protocolVersion"], "2025-06-18");
-    client
-        .send(&json!({"jsonrpc":"2.0","method":"notifications/initialized"}))
-        .await;
-    let (_, r) = client
-        .request(&json!({"jsonrpc":"2.0","id":2,"method":"tools/list"}))
-        .await;
+    client.send(&json!({"jsonrpc":"2.0","method":"notifications/initialized"})).await;
+    let (_, r) = client.request(&json!({"jsonrpc":"2.0","id":2,"method":"tools/list"})).await;
     assert_eq!(r["result"]["tools"].as_array().map(Vec::len), Some(3));
     assert!(r["result"].get("resultType").is_none());
     let (_, r) = client.request(&json!({"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"echo","arguments":{"message":"stdio"}}})).await;
@@ -29,46 +23,22 @@ async fn walk(client: &mut StdioClient) {
         .request(&json!({"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"count","arguments":{"to":2,"interval_ms":1},"_meta":{"progressToken":"t"}}}))
         .await;
     assert_eq!(r["result"]["content"][0]["text"], "counted to 2");
-    assert_eq!(
-        notes
-            .iter()
-            .filter(|n| n["method"] == "notifications/progress")
-            .count(),
-        2
-    );
-    let (_, r) = client
-        .request(
-            &json!({"jsonrpc":"2.0","id":5,"method":"resources/read","params":{"uri":"nope://x"}}),
-        )
-        .await;
+    assert_eq!(notes.iter().filter(|n| n["method"] == "notifications/progress").count(), 2);
+    let (_, r) =
+        client.request(&json!({"jsonrpc":"2.0","id":5,"method":"resources/read","params":{"uri":"nope://x"}})).await;
     assert_eq!(r["error"]["code"], -32002);
 
     // Modern, on the same connection: discover → tools/list → tools/call.
-    let (_, r) = client
-        .request(&modern_request(10, "server/discover", json!({})))
-        .await;
+    let (_, r) = client.request(&modern_request(10, "server/discover", json!({}))).await;
     assert_eq!(r["result"]["resultType"], "complete");
     assert!(r["result"]["ttlMs"].is_u64());
-    let (_, r) = client
-        .request(&modern_request(11, "tools/list", json!({})))
-        .await;
+    let (_, r) = client.request(&modern_request(11, "tools/list", json!({}))).await;
     assert_eq!(r["result"]["cacheScope"], "public");
-    let (_, r) = client
-        .request(&modern_request(
-            12,
-            "tools/call",
-            json!({"name":"add","arguments":{"a":20,"b":22}}),
-        ))
-        .await;
+    let (_, r) =
+        client.request(&modern_request(12, "tools/call", json!({"name":"add","arguments":{"a":20,"b":22}}))).await;
     assert_eq!(r["result"]["structuredContent"], json!({"sum":42}));
     assert!(r["result"]["_meta"]["io.modelcontextprotocol/serverInfo"].is_object());
-    let (_, r) = client
-        .request(&modern_request(
-            13,
-            "resources/read",
-            json!({"uri":"nope://x"}),
-        ))
-        .await;
+    let (_, r) = client.request(&modern_request(13, "resources/read", json!({"uri":"nope://x"}))).await;
     assert_eq!(r["error"]["code"], -32602);
     let (_, r) = client.request(&modern_request(14, "ping", json!({}))).await;
     assert_eq!(r["error"]["code"], -32601);
@@ -81,16 +51,11 @@ async fn walk(client: &mut StdioClient) {
     // Garbage gets -32700 with a null id, and the connection keeps working.
     client.send_line("{not json").await;
     let r = client.recv().await;
-    assert_eq!(
-        (r["error"]["code"].clone(), r["id"].clone()),
-        (json!(-32700), Value::Null)
-    );
+    assert_eq!((r["error"]["code"].clone(), r["id"].clone()), (json!(-32700), Value::Null));
     client.send_line("[]").await;
     let r = client.recv().await;
     assert_eq!(r["error"]["code"], -32600, "no batches after 2025-03-26");
-    let (_, r) = client
-        .request(&json!({"jsonrpc":"2.0","id":"last","method":"ping"}))
-        .await;
+    let (_, r) = client.request(&json!({"jsonrpc":"2.0","id":"last","method":"ping"})).await;
     assert_eq!(r["result"], json!({}));
 }
 
@@ -104,12 +69,7 @@ async fn stdio_with_in_process_registry() {
 
 #[tokio::test]
 async fn stdio_with_registry_service() {
-    let registry = Proc::start(
-        "registry-service",
-        &["--listen", "127.0.0.1:0"],
-        "registry-service",
-    )
-    .await;
+    let registry = Proc::start("registry-service", &["--listen", "127.0.0.1:0"], "registry-service").await;
     let url = registry.url();
     let mut client = StdioClient::start(&["--registry", &url]).await;
     walk(&mut client).await;
@@ -131,20 +91,17 @@ async fn stdio_cancellation_stops_a_request() {
             break;
         }
     }
-    client.send(&json!({"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":"slow","reason":"test"}})).await;
-    let (notes, r) = client
-        .request(&json!({"jsonrpc":"2.0","id":"after","method":"ping"}))
+    client
+        .send(
+            &json!({"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":"slow","reason":"test"}}),
+        )
         .await;
+    let (notes, r) = client.request(&json!({"jsonrpc":"2.0","id":"after","method":"ping"})).await;
     assert_eq!(r["result"], json!({}));
     // At most a progress message already in flight; never a reply to the cancelled request.
     assert!(notes.iter().all(|n| n.get("id").is_none()), "{notes:?}");
     tokio::time::sleep(std::time::Duration::from_millis(300)).await;
-    let (notes, _) = client
-        .request(&json!({"jsonrpc":"2.0","id":"later","method":"ping"}))
-        .await;
-    assert!(
-        notes.is_empty(),
-        "nothing more for a cancelled request: {notes:?}"
-    );
+    let (notes, _) = client.request(&json!({"jsonrpc":"2.0","id":"later","method":"ping"})).await;
+    assert!(notes.is_empty(), "nothing more for a cancelled request: {notes:?}");
     assert!(client.close().await.success());
 }
