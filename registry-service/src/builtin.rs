@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::catalog::{Catalog, Content, Outcome, Prompt, Resource, Tool, ToolError, text_outcome};
+use crate::catalog::{Catalog, Content, ItemSet, Outcome, Prompt, Resource, Tool, ToolError, text_outcome};
 
 const ABOUT: &str = "# MCP platform\n\nA dual-era Model Context Protocol server: legacy revisions \
 2024-11-05 to 2025-11-25 through the initialize handshake, and the stateless revision \
@@ -21,13 +21,31 @@ pub fn server_info() -> Value {
     })
 }
 
-/// The built-in catalog at version 1.
+/// The names of the compiled-in item sets.
+pub const SETS: [&str; 2] = ["demo", "conformance"];
+
+/// A compiled-in item set by name.
+pub fn set(name: &str) -> Option<ItemSet> {
+    match name {
+        "demo" => Some(demo()),
+        "conformance" => Some(crate::conformance::set()),
+        _ => None,
+    }
+}
+
+/// The default catalog: the demo set.
 pub fn catalog() -> Catalog {
-    Catalog {
-        version: 1,
-        server_info: server_info(),
-        instructions: "Built-in demonstration catalog: `echo`, `add` and `count` tools, the `about://server` \
-                       resource and the `summarize` prompt."
+    let demo = demo();
+    let instructions = demo.instructions.clone();
+    Catalog::assemble(server_info(), instructions, vec![demo]).expect("the demo set is consistent")
+}
+
+/// Small, useful items that show each kind of primitive working end to end before an
+/// operator writes a definitions file.
+pub fn demo() -> ItemSet {
+    ItemSet {
+        instructions: "Demonstration items: `echo`, `add` and `count` tools, the `about://server` resource and \
+                       the `summarize` prompt."
             .into(),
         tools: vec![echo(), add(), count()],
         resources: vec![Resource {

@@ -171,9 +171,48 @@ pub fn permits(caller: Option<&pb::Caller>, required: &[String]) -> bool {
     }
 }
 
+/// A group of items that is served together (a compiled-in set, or a definitions file's).
+#[derive(Clone, Default)]
+pub struct ItemSet {
+    pub instructions: String,
+    pub tools: Vec<Tool>,
+    pub resources: Vec<Resource>,
+    pub templates: Vec<ResourceTemplate>,
+    pub prompts: Vec<Prompt>,
+}
+
 // === impl Catalog ===
 
 impl Catalog {
+    /// Join item sets into one catalog, refusing duplicate names.
+    pub fn assemble(server_info: Value, instructions: String, sets: Vec<ItemSet>) -> Result<Self, String> {
+        let mut catalog = Catalog {
+            version: 1,
+            server_info,
+            instructions,
+            tools: vec![],
+            resources: vec![],
+            templates: vec![],
+            prompts: vec![],
+        };
+        fn add<T>(into: &mut Vec<T>, items: Vec<T>, key: impl Fn(&T) -> &str, kind: &str) -> Result<(), String> {
+            for item in items {
+                if into.iter().any(|i| key(i) == key(&item)) {
+                    return Err(format!("duplicate {kind} `{}`", key(&item)));
+                }
+                into.push(item);
+            }
+            Ok(())
+        }
+        for set in sets {
+            add(&mut catalog.tools, set.tools, |t| &t.name, "tool")?;
+            add(&mut catalog.resources, set.resources, |r| &r.uri, "resource")?;
+            add(&mut catalog.templates, set.templates, |t| &t.uri_template, "resource template")?;
+            add(&mut catalog.prompts, set.prompts, |p| &p.name, "prompt")?;
+        }
+        Ok(catalog)
+    }
+
     pub fn tool(&self, name: &str) -> Option<&Tool> {
         self.tools.iter().find(|t| t.name == name)
     }

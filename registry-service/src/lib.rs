@@ -7,12 +7,16 @@
 //! ## Layout
 //! - [`config`]: the typed configuration (file, environment, flags).
 //! - [`catalog`]: the catalog model, lookups and scope checks.
-//! - [`builtin`]: the catalog compiled into the binary.
+//! - [`definitions`]: the operator's definitions file, validated before anything is served.
+//! - [`builtin`]: item sets compiled into the binary; [`conformance`]: the fixture set the
+//!   official conformance suite drives.
 //! - [`server`]: the gRPC service over a catalog, and [`serve`] to run it on a listener.
 
 pub mod builtin;
 pub mod catalog;
 pub mod config;
+pub mod conformance;
+pub mod definitions;
 pub mod server;
 
 use std::net::SocketAddr;
@@ -31,19 +35,16 @@ pub enum Error {
     Bind { addr: SocketAddr, source: std::io::Error },
     #[error("gRPC server failed: {0}")]
     Serve(#[from] tonic::transport::Error),
-    #[error("{0}")]
-    Definitions(String),
+    #[error(transparent)]
+    Definitions(#[from] definitions::DefinitionsError),
 }
 
 /// Build the catalog the configuration describes (built-ins, later the definitions file).
 pub fn load_catalog(config: &Config) -> Result<Arc<Catalog>, Error> {
-    if let Some(path) = &config.definitions {
-        return Err(Error::Definitions(format!(
-            "{}: definitions files are not supported by this build yet; start without --definitions",
-            path.display()
-        )));
+    match &config.definitions {
+        Some(path) => Ok(Arc::new(definitions::load(path)?)),
+        None => Ok(Arc::new(builtin::catalog())),
     }
-    Ok(Arc::new(builtin::catalog()))
 }
 
 /// Bind the configured address and serve until `shutdown` is cancelled.
