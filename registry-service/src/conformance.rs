@@ -292,6 +292,177 @@ fn tools() -> Vec<Tool> {
             scopes: vec![],
             handler: Arc::new(|args, _| Box::pin(async move { text_outcome(format!("Received: {args}")) })),
         },
+        interactive(
+            "test_input_required_result_elicitation",
+            "Asks for the user's name through an input_required result",
+            NO_ARGS(),
+            Arc::new(|_, ex| match ex.response("user_name") {
+                None => ask("elicitation", "user_name", "elicitation/create", name_form("What is your name?"), ex),
+                Some(reply) => {
+                    let name = reply.pointer("/content/name").and_then(Value::as_str).unwrap_or("stranger");
+                    Ok(Outcome::Complete(text_result(format!("Hello, {name}!"), false)))
+                }
+            }),
+        ),
+        interactive(
+            "test_input_required_result_sampling",
+            "Asks the client's model a question through an input_required result",
+            NO_ARGS(),
+            Arc::new(|_, ex| match ex.response("capital_question") {
+                None => ask(
+                    "sampling",
+                    "capital_question",
+                    "sampling/createMessage",
+                    sampling("What is the capital of France?", 100),
+                    ex,
+                ),
+                Some(reply) => {
+                    let text = reply.pointer("/content/text").and_then(Value::as_str).unwrap_or_default();
+                    Ok(Outcome::Complete(text_result(format!("The model answered: {text}"), false)))
+                }
+            }),
+        ),
+        interactive(
+            "test_input_required_result_list_roots",
+            "Asks for the client's roots through an input_required result",
+            NO_ARGS(),
+            Arc::new(|_, ex| match ex.response("client_roots") {
+                None => ask("roots", "client_roots", "roots/list", json!({}), ex),
+                Some(reply) => Ok(Outcome::Complete(text_result(format!("Client roots: {}", roots(reply)), false))),
+            }),
+        ),
+        interactive(
+            "test_input_required_result_request_state",
+            "Round-trips a request state through an input_required result",
+            NO_ARGS(),
+            Arc::new(|_, ex| {
+                let confirmed = ex.response("confirm").and_then(|r| r.pointer("/content/ok")).cloned();
+                match (confirmed, ex.state.get("awaiting").and_then(Value::as_str)) {
+                    (Some(ok), Some("confirm")) => {
+                        Ok(Outcome::Complete(text_result(format!("state-ok: confirmed={ok}"), false)))
+                    }
+                    _ => {
+                        let form = json!({ "message": "Please confirm", "requestedSchema": {
+                            "type": "object", "properties": { "ok": { "type": "boolean" } }, "required": ["ok"] } });
+                        ask_with_state(
+                            "elicitation",
+                            "confirm",
+                            "elicitation/create",
+                            form,
+                            json!({ "awaiting": "confirm" }),
+                            ex,
+                        )
+                    }
+                }
+            }),
+        ),
+        interactive(
+            "test_input_required_result_multiple_inputs",
+            "Asks for a name, a model's greeting and the client's roots at once",
+            NO_ARGS(),
+            Arc::new(|_, ex| {
+                let (name, greeting, client_roots) =
+                    (ex.response("user_name"), ex.response("greeting"), ex.response("client_roots"));
+                if let (Some(name), Some(greeting), Some(client_roots)) = (name, greeting, client_roots) {
+                    let name = name.pointer("/content/name").and_then(Value::as_str).unwrap_or_default();
+                    let greeting = greeting.pointer("/content/text").and_then(Value::as_str).unwrap_or_default();
+                    return Ok(Outcome::Complete(text_result(
+                        format!("name={name}; greeting={greeting}; roots={}", roots(client_roots)),
+                        false,
+                    )));
+                }
+                for cap in ["elicitation", "sampling", "roots"] {
+                    if !ex.has_capability(cap) {
+                        return Ok(Outcome::MissingCapabilities(json!({ cap: {} })));
+                    }
+                }
+                Ok(Outcome::InputRequired {
+                    requests: json!({
+                        "user_name": { "method": "elicitation/create", "params": name_form("What is your name?") },
+                        "greeting": { "method": "sampling/createMessage", "params": sampling("Generate a greeting", 50) },
+                        "client_roots": { "method": "roots/list", "params": {} }
+                    }),
+                    state: json!({ "awaiting": "all" }),
+                })
+            }),
+        ),
+        interactive(
+            "test_input_required_result_multi_round",
+            "Asks for a name, then a favourite colour, in two rounds",
+            NO_ARGS(),
+            Arc::new(|_, ex| {
+                let round = ex.state.get("round").and_then(Value::as_u64).unwrap_or(0);
+                match (round, ex.response("step1"), ex.response("step2")) {
+                    (1, Some(step1), _) => {
+                        let name = step1.pointer("/content/name").and_then(Value::as_str).unwrap_or_default();
+                        let form = json!({ "message": "Step 2: What is your favorite color?", "requestedSchema": {
+                            "type": "object", "properties": { "color": { "type": "string" } }, "required": ["color"] } });
+                        ask_with_state(
+                            "elicitation",
+                            "step2",
+                            "elicitation/create",
+                            form,
+                            json!({ "round": 2, "name": name }),
+                            ex,
+                        )
+                    }
+                    (2, _, Some(step2)) => {
+                        let name = ex.state.get("name").and_then(Value::as_str).unwrap_or_default();
+                        let color = step2.pointer("/content/color").and_then(Value::as_str).unwrap_or_default();
+                        Ok(Outcome::Complete(text_result(format!("{name}'s favorite color is {color}"), false)))
+                    }
+                    _ => ask_with_state(
+                        "elicitation",
+                        "step1",
+                        "elicitation/create",
+                        name_form("Step 1: What is your name?"),
+                        json!({ "round": 1 }),
+                        ex,
+                    ),
+                }
+            }),
+        ),
+        interactive(
+            "test_input_required_result_tampered_state",
+            "Keeps integrity-protected state across an input_required round",
+            NO_ARGS(),
+            Arc::new(|_, ex| match (ex.response("confirm"), ex.state.get("issued")) {
+                (Some(_), Some(_)) => Ok(Outcome::Complete(text_result("state verified", false))),
+                _ => {
+                    let form = json!({ "message": "Please confirm", "requestedSchema": {
+                        "type": "object", "properties": { "ok": { "type": "boolean" } }, "required": ["ok"] } });
+                    ask_with_state("elicitation", "confirm", "elicitation/create", form, json!({ "issued": true }), ex)
+                }
+            }),
+        ),
+        interactive(
+            "test_input_required_result_capabilities",
+            "Asks only for what the client declared it can provide",
+            NO_ARGS(),
+            Arc::new(|_, ex| {
+                let answered = ["user_name", "greeting", "client_roots"].iter().any(|k| ex.response(k).is_some());
+                let mut requests = serde_json::Map::new();
+                if ex.has_capability("elicitation") && ex.response("user_name").is_none() {
+                    requests.insert(
+                        "user_name".into(),
+                        json!({ "method": "elicitation/create", "params": name_form("What is your name?") }),
+                    );
+                }
+                if ex.has_capability("sampling") && ex.response("greeting").is_none() {
+                    requests.insert(
+                        "greeting".into(),
+                        json!({ "method": "sampling/createMessage", "params": sampling("Generate a greeting", 50) }),
+                    );
+                }
+                if ex.has_capability("roots") && ex.response("client_roots").is_none() {
+                    requests.insert("client_roots".into(), json!({ "method": "roots/list", "params": {} }));
+                }
+                if requests.is_empty() || answered {
+                    return Ok(Outcome::Complete(text_result("Used only the declared capabilities.", false)));
+                }
+                Ok(Outcome::InputRequired { requests: Value::Object(requests), state: Value::Null })
+            }),
+        ),
         tool(
             "test_tool_with_progress",
             "Tests tool that reports progress notifications",
@@ -322,6 +493,41 @@ fn ask(capability: &str, key: &str, method: &str, params: Value, ex: &Exchange) 
         return Ok(Outcome::MissingCapabilities(json!({ capability: {} })));
     }
     Ok(Outcome::InputRequired { requests: json!({ key: { "method": method, "params": params } }), state: Value::Null })
+}
+
+/// Like [`ask`], with state for the next round.
+fn ask_with_state(
+    capability: &str,
+    key: &str,
+    method: &str,
+    params: Value,
+    state: Value,
+    ex: &Exchange,
+) -> Result<Outcome, ToolError> {
+    match ask(capability, key, method, params, ex)? {
+        Outcome::InputRequired { requests, .. } => Ok(Outcome::InputRequired { requests, state }),
+        other => Ok(other),
+    }
+}
+
+/// An elicitation form asking for a `name`.
+fn name_form(message: &str) -> Value {
+    json!({ "message": message, "requestedSchema": {
+        "type": "object", "properties": { "name": { "type": "string" } }, "required": ["name"] } })
+}
+
+fn sampling(text: &str, max_tokens: u32) -> Value {
+    json!({ "messages": [{ "role": "user", "content": { "type": "text", "text": text } }], "maxTokens": max_tokens })
+}
+
+/// The URIs of a `ListRootsResult`, comma-separated.
+fn roots(reply: &Value) -> String {
+    let uris: Vec<&str> = reply
+        .get("roots")
+        .and_then(Value::as_array)
+        .map(|r| r.iter().filter_map(|root| root.get("uri").and_then(Value::as_str)).collect())
+        .unwrap_or_default();
+    uris.join(", ")
 }
 
 /// Elicit a form, then report the client's answer prefixed with `label`.
@@ -468,6 +674,22 @@ fn prompts() -> Vec<Prompt> {
                     } } },
                     user_text("Please process the embedded resource above.".into())
                 ] })))
+            }),
+        ),
+        prompt(
+            "test_input_required_result_prompt",
+            "A prompt that asks the user for context first",
+            json!([]),
+            Arc::new(|_, ex| match ex.response("user_context") {
+                None => {
+                    let form = json!({ "message": "What context should the prompt use?", "requestedSchema": {
+                        "type": "object", "properties": { "context": { "type": "string" } }, "required": ["context"] } });
+                    ask("elicitation", "user_context", "elicitation/create", form, ex).map_err(|e| e.to_string())
+                }
+                Some(reply) => {
+                    let context = reply.pointer("/content/context").and_then(Value::as_str).unwrap_or_default();
+                    Ok(Outcome::Complete(json!({ "messages": [user_text(format!("Use this context: {context}"))] })))
+                }
             }),
         ),
         prompt(
