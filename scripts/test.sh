@@ -20,5 +20,10 @@ cargo clippy --workspace --all-targets --locked -- -D warnings
 step "build"
 cargo build --workspace --bins --locked
 
+step "conformance (official MCP suite, both eras)"
+status=0
+tests/conformance/run.sh || status=1
+
 step "tests"
-cargo nextest run --workspace --locked --no-fail-fast
+cargo nextest run --workspace --locked --no-fail-fast || status=1
+exit "$status"

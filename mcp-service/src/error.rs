@@ -39,6 +39,9 @@ pub enum Error {
     ClientDeclined(String),
     #[error("Session not found")]
     SessionNotFound,
+    /// An `Mcp-Param-*` header is missing, malformed or disagrees with the arguments.
+    #[error("Header mismatch: {0}")]
+    HeaderMismatch(String),
     #[error("Internal error")]
     Internal(String),
 }
@@ -59,6 +62,7 @@ impl Error {
             Self::MissingCapability(_) => ErrorCode::INVALID_PARAMS,
             Self::ClientDeclined(_) => ErrorCode::INTERNAL_ERROR,
             Self::SessionNotFound => ErrorCode(-32001),
+            Self::HeaderMismatch(_) => ErrorCode::HEADER_MISMATCH,
             Self::UnsupportedVersion { .. } => ErrorCode::UNSUPPORTED_PROTOCOL_VERSION,
             Self::MethodNotFound(_) => ErrorCode::METHOD_NOT_FOUND,
             Self::ResourceNotFound(_) => ErrorCode::resource_not_found(era),
@@ -74,7 +78,8 @@ impl Error {
             | Self::InvalidRequest(_)
             | Self::MissingMeta(_)
             | Self::UnsupportedVersion { .. }
-            | Self::InvalidLogLevel(_) => Disposition::Rejected,
+            | Self::InvalidLogLevel(_)
+            | Self::HeaderMismatch(_) => Disposition::Rejected,
             Self::MethodNotFound(_) if era == Era::Modern => Disposition::UnknownMethod,
             Self::MissingCapability(_) if era == Era::Modern => Disposition::Rejected,
             Self::SessionNotFound => Disposition::SessionNotFound,

@@ -464,6 +464,22 @@ fn tools() -> Vec<Tool> {
             }),
         ),
         tool(
+            "test_custom_headers",
+            "Echoes a region that also travels as the Mcp-Param-Region header",
+            json!({
+                "type": "object",
+                "properties": {
+                    "region": { "type": "string", "description": "Region to route to", "x-mcp-header": "Region" },
+                    "note": { "type": "string" }
+                },
+                "required": ["region"]
+            }),
+            Arc::new(|args, _| {
+                let region = args.get("region").and_then(Value::as_str).unwrap_or_default().to_owned();
+                Box::pin(async move { text_outcome(format!("region={region}")) })
+            }),
+        ),
+        tool(
             "test_tool_with_progress",
             "Tests tool that reports progress notifications",
             NO_ARGS(),

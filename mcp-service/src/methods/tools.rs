@@ -23,8 +23,11 @@ pub async fn call(engine: &Engine, req: &Request<'_>, catalog: &CatalogView) -> 
         Some(_) => return Err(Error::InvalidParams("`arguments` must be an object".into())),
     };
     // A tool the caller may not see is answered exactly like one that does not exist.
-    if !catalog.tool(name).is_some_and(|t| req.permits(&t.scopes)) {
+    let Some(tool) = catalog.tool(name).filter(|t| req.permits(&t.scopes)) else {
         return Err(Error::UnknownTool(name.to_owned()));
+    };
+    if req.modern() && req.ctx.transport == mcp_proto::mcp::Transport::StreamableHttp {
+        check_param_headers(&tool.def, &arguments, &req.ctx.param_headers)?;
     }
     let progress_token = req.progress_token();
     let capabilities = serde_json::to_vec(&req.client_capabilities()).unwrap_or_default();
@@ -92,4 +95,81 @@ async fn one_round(
         }
     }
     Err(Error::Internal(format!("tool `{name}` ended without a result")))
+}
+
+/// 2026-07-28 `x-mcp-header`: each argument the tool marks must arrive as an `Mcp-Param-{Name}`
+/// header equal to the body value (after Base64-sentinel decoding; integers compared as
+/// numbers, booleans as `true`/`false`). An argument that is absent or null needs no header.
+pub fn check_param_headers(
+    def: &Value,
+    arguments: &Value,
+    headers: &std::collections::HashMap<String, String>,
+) -> Result<(), Error> {
+    let Some(properties) = def.pointer("/inputSchema/properties").and_then(Value::as_object) else {
+        return Ok(());
+    };
+    for (param, schema) in properties {
+        let Some(header) = schema.get("x-mcp-header").and_then(Value::as_str) else { continue };
+        let value = match arguments.get(param) {
+            None | Some(Value::Null) => continue,
+            Some(v) => v,
+        };
+        let name = format!("Mcp-Param-{header}");
+        let raw = headers
+            .get(&header.to_ascii_lowercase())
+            .ok_or_else(|| Error::HeaderMismatch(format!("missing {name} header for argument `{param}`")))?;
+        let decoded = mcp_proto::header_codec::decode(raw.as_bytes())
+            .map_err(|e| Error::HeaderMismatch(format!("{name} {e}")))?;
+        let matches = match value {
+            Value::String(s) => decoded == *s,
+            Value::Bool(b) => decoded == b.to_string(),
+            Value::Number(n) => match (n.as_i64(), decoded.parse::<i64>()) {
+                (Some(body), Ok(h)) => body == h,
+                _ => decoded == n.to_string(),
+            },
+            _ => false,
+        };
+        if !matches {
+            return Err(Error::HeaderMismatch(format!(
+                "{name} header value '{decoded}' does not match body value '{value}' (params.arguments.{param})"
+            )));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn headers(pairs: &[(&str, &str)]) -> HashMap<String, String> {
+        pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect()
+    }
+
+    #[test]
+    fn param_headers() {
+        let def = json!({"inputSchema": {"type": "object", "properties": {
+            "region": {"type": "string", "x-mcp-header": "Region"},
+            "count": {"type": "integer", "x-mcp-header": "Count"},
+            "flag": {"type": "boolean", "x-mcp-header": "Flag"},
+            "plain": {"type": "string"}
+        }}});
+        let args = json!({"region": "Hello", "count": 42, "flag": true, "plain": "x"});
+        let ok = headers(&[("region", "=?base64?SGVsbG8=?="), ("count", "42"), ("flag", "true")]);
+        assert!(check_param_headers(&def, &args, &ok).is_ok());
+        for bad in [
+            headers(&[("count", "42"), ("flag", "true")]),
+            headers(&[("region", "=?base64?SGVsbG8?="), ("count", "42"), ("flag", "true")]),
+            headers(&[("region", "=?base64?SGVs!!!bG8=?="), ("count", "42"), ("flag", "true")]),
+            headers(&[("region", "Hello"), ("count", "41"), ("flag", "true")]),
+            headers(&[("region", "Hello"), ("count", "42"), ("flag", "True")]),
+        ] {
+            assert!(matches!(check_param_headers(&def, &args, &bad), Err(Error::HeaderMismatch(_))), "{bad:?}");
+        }
+        // Null or absent arguments need no header; a literal that only looks like a sentinel is literal.
+        assert!(check_param_headers(&def, &json!({"region": null}), &headers(&[])).is_ok());
+        let literal = json!({"region": "=?base64?SGVsbG8="});
+        assert!(check_param_headers(&def, &literal, &headers(&[("region", "=?base64?SGVsbG8=")])).is_ok());
+    }
 }
