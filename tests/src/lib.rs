@@ -21,6 +21,11 @@ use tokio::process::{Child, ChildStdin, ChildStdout, Command};
 
 pub const MODERN: &str = "2026-07-28";
 
+/// The path of a file in `examples/`.
+pub fn example(name: &str) -> String {
+    format!("{}/../examples/{name}", env!("CARGO_MANIFEST_DIR"))
+}
+
 /// How long a binary may take to report that it listens.
 const START_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long any single reply may take.
@@ -151,9 +156,21 @@ pub struct Stack {
 impl Stack {
     /// `gateway --standalone`: every component in one process.
     pub async fn standalone() -> Stack {
-        let gw = Proc::start("gateway", &["--standalone", "--listen", "127.0.0.1:0"], "gateway").await;
+        Self::standalone_with(&[]).await
+    }
+
+    /// `gateway --standalone` with extra arguments.
+    pub async fn standalone_with(extra: &[&str]) -> Stack {
+        let mut args = vec!["--standalone", "--listen", "127.0.0.1:0"];
+        args.extend_from_slice(extra);
+        let gw = Proc::start("gateway", &args, "gateway").await;
         let base = gw.url();
         Stack { procs: vec![gw], base }
+    }
+
+    /// The standalone server with the conformance fixtures.
+    pub async fn conformance() -> Stack {
+        Self::standalone_with(&["--definitions", &example("conformance.yaml")]).await
     }
 
     /// One process per component, started in dependency order.
@@ -382,4 +399,77 @@ pub async fn raw_exchange(addr: SocketAddr, request: &str) -> String {
     let mut buf = vec![0u8; 64 * 1024];
     let n = tokio::time::timeout(REPLY_TIMEOUT, stream.read(&mut buf)).await.expect("an answer in time").expect("read");
     String::from_utf8_lossy(&buf[..n]).into_owned()
+}
+
+/// An SSE response read message by message as it arrives (a POST reply stream, a GET stream
+/// or a `subscriptions/listen` stream).
+pub struct EventStream {
+    pub status: u16,
+    pub headers: reqwest::header::HeaderMap,
+    body: std::pin::Pin<Box<dyn futures_util::Stream<Item = reqwest::Result<bytes::Bytes>> + Send>>,
+    buffer: String,
+}
+
+impl EventStream {
+    /// The next JSON message, or `None` if the stream ended or nothing came within `wait`.
+    pub async fn next_within(&mut self, wait: Duration) -> Option<Value> {
+        use futures_util::StreamExt as _;
+        let deadline = tokio::time::Instant::now() + wait;
+        loop {
+            if let Some(end) = self.buffer.find("\n\n") {
+                let event: String = self.buffer.drain(..end + 2).collect();
+                let data: Vec<&str> =
+                    event.lines().filter_map(|l| l.strip_prefix("data:")).map(str::trim_start).collect();
+                if data.is_empty() {
+                    continue; // a comment (keep-alive) or a priming event
+                }
+                return Some(serde_json::from_str(&data.join("\n")).expect("SSE data is JSON"));
+            }
+            match tokio::time::timeout_at(deadline, self.body.next()).await {
+                Ok(Some(Ok(chunk))) => self.buffer.push_str(&String::from_utf8_lossy(&chunk)),
+                _ => return None,
+            }
+        }
+    }
+
+    /// The next JSON message; panics if none comes in time.
+    pub async fn next(&mut self) -> Value {
+        self.next_within(REPLY_TIMEOUT).await.expect("an SSE message in time")
+    }
+}
+
+impl Client {
+    /// POST and read the reply as an event stream (it must be `text/event-stream`).
+    pub async fn stream(&self, body: &Value, headers: &[(&str, &str)]) -> EventStream {
+        let http = reqwest::Client::new();
+        let mut req = http
+            .post(&self.url)
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .body(serde_json::to_vec(body).expect("JSON"));
+        for (k, v) in headers {
+            req = req.header(*k, *v);
+        }
+        EventStream::from(req.send().await.expect("HTTP request"))
+    }
+
+    /// GET the endpoint as an event stream (a legacy session's standalone stream).
+    pub async fn get_stream(&self, headers: &[(&str, &str)]) -> EventStream {
+        let mut req = reqwest::Client::new().get(&self.url).header("accept", "text/event-stream");
+        for (k, v) in headers {
+            req = req.header(*k, *v);
+        }
+        EventStream::from(req.send().await.expect("HTTP request"))
+    }
+}
+
+impl From<reqwest::Response> for EventStream {
+    fn from(resp: reqwest::Response) -> Self {
+        EventStream {
+            status: resp.status().as_u16(),
+            headers: resp.headers().clone(),
+            body: Box::pin(resp.bytes_stream()),
+            buffer: String::new(),
+        }
+    }
 }

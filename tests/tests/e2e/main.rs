@@ -4,4 +4,5 @@
 mod errors;
 mod http;
 mod process;
+mod sessions;
 mod stdio;

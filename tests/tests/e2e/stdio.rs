@@ -105,3 +105,77 @@ async fn stdio_cancellation_stops_a_request() {
     assert!(notes.is_empty(), "nothing more for a cancelled request: {notes:?}");
     assert!(client.close().await.success());
 }
+
+async fn legacy_handshake(client: &mut StdioClient, version: &str, capabilities: Value) {
+    let (_, r) = client
+        .request(&json!({"jsonrpc":"2.0","id":"init","method":"initialize","params":{"protocolVersion":version,"capabilities":capabilities,"clientInfo":{"name":"e2e","version":"1"}}}))
+        .await;
+    assert_eq!(r["result"]["protocolVersion"], version);
+    client.send(&json!({"jsonrpc":"2.0","method":"notifications/initialized"})).await;
+}
+
+#[tokio::test]
+async fn stdio_server_to_client_requests_and_list_changes() {
+    let mut client = StdioClient::start(&["--definitions", &e2e::example("conformance.yaml")]).await;
+    legacy_handshake(&mut client, "2025-11-25", json!({"elicitation":{},"roots":{}})).await;
+    client
+        .send(&json!({"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"test_input_required_result_list_roots","arguments":{}}}))
+        .await;
+    // The server asks for the roots with a request of its own on stdout.
+    let ask = client.recv().await;
+    assert_eq!(ask["method"], "roots/list");
+    assert!(ask["id"].is_string());
+    // Meanwhile an unrelated request is answered.
+    let (_, pong) = client.request(&json!({"jsonrpc":"2.0","id":2,"method":"ping"})).await;
+    assert_eq!(pong["result"], json!({}));
+    client
+        .send(&json!({"jsonrpc":"2.0","id":ask["id"],"result":{"roots":[{"uri":"file:///work","name":"work"}]}}))
+        .await;
+    let (_, r) = client.request(&json!({"jsonrpc":"2.0","id":3,"method":"ping"})).await;
+    assert_eq!(r["result"], json!({}));
+    // The call's reply may come before or after that ping's; find it.
+    let reply = loop {
+        let m = client.recv().await;
+        if m["id"] == 1 {
+            break m;
+        }
+    };
+    assert_eq!(reply["result"]["content"][0]["text"], "Client roots: file:///work");
+
+    // A change to the catalog reaches the stdio session as a notification.
+    let (notes, r) = client
+        .request(&json!({"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"test_trigger_tool_change"}}))
+        .await;
+    assert_eq!(r["result"]["content"][0]["text"], "Tool list changed");
+    let changed = if notes.iter().any(|n| n["method"] == "notifications/tools/list_changed") {
+        true
+    } else {
+        client.recv().await["method"] == "notifications/tools/list_changed"
+    };
+    assert!(changed);
+    assert!(client.close().await.success());
+}
+
+#[tokio::test]
+async fn stdio_batches_for_2025_03_26() {
+    let mut client = StdioClient::start(&[]).await;
+    legacy_handshake(&mut client, "2025-03-26", json!({})).await;
+    client
+        .send(&json!([
+            {"jsonrpc":"2.0","id":"a","method":"ping"},
+            {"jsonrpc":"2.0","method":"notifications/roots/list_changed"},
+            {"jsonrpc":"2.0","id":"b","method":"tools/call","params":{"name":"echo","arguments":{"message":"batched"}}}
+        ]))
+        .await;
+    let replies = client.recv().await;
+    let replies = replies.as_array().expect("a batch reply");
+    assert_eq!(replies.len(), 2);
+    assert_eq!(replies[0]["id"], "a");
+    assert_eq!(replies[1]["result"]["content"][0]["text"], "batched");
+    // Only notifications: nothing comes back; the next request is answered normally.
+    client.send(&json!([{"jsonrpc":"2.0","method":"notifications/initialized"}])).await;
+    let (notes, r) = client.request(&json!({"jsonrpc":"2.0","id":"c","method":"ping"})).await;
+    assert!(notes.is_empty(), "{notes:?}");
+    assert_eq!(r["result"], json!({}));
+    assert!(client.close().await.success());
+}

@@ -1,0 +1,227 @@
+//! Legacy sessions over HTTP: the session id, the GET stream, list-changed notifications,
+//! server-to-client requests answered by the client, and DELETE.
+
+use std::time::Duration;
+
+use e2e::{Client, Stack};
+use serde_json::{Value, json};
+
+/// initialize over HTTP; returns the session id.
+async fn initialize(c: &Client, version: &str, capabilities: Value) -> String {
+    let body = json!({"jsonrpc":"2.0","id":0,"method":"initialize","params":{
+        "protocolVersion":version,"capabilities":capabilities,"clientInfo":{"name":"e2e","version":"1"}}});
+    let r = c.post(&body, &[]).await;
+    assert_eq!(r.result()["protocolVersion"], version);
+    let id = r.headers.get("mcp-session-id").expect("a session id").to_str().expect("visible ASCII").to_owned();
+    assert!(id.bytes().all(|b| (0x21..=0x7e).contains(&b)));
+    let r = c
+        .post(
+            &json!({"jsonrpc":"2.0","method":"notifications/initialized"}),
+            &[("mcp-session-id", &id), ("mcp-protocol-version", version)],
+        )
+        .await;
+    assert_eq!(r.status, 202);
+    id
+}
+
+fn call(id: i64, name: &str, arguments: Value) -> Value {
+    json!({"jsonrpc":"2.0","id":id,"method":"tools/call","params":{"name":name,"arguments":arguments}})
+}
+
+#[tokio::test]
+async fn session_lifecycle_and_get_stream() {
+    let stack = Stack::conformance().await;
+    let c = stack.client();
+    let sid = initialize(&c, "2025-11-25", json!({})).await;
+    let h = [("mcp-session-id", sid.as_str()), ("mcp-protocol-version", "2025-11-25")];
+
+    // The GET stream carries list changes caused by anyone.
+    let mut stream = c.get_stream(&h).await;
+    assert_eq!(stream.status, 200);
+    let r = c.post(&call(1, "test_trigger_tool_change", json!({})), &h).await;
+    assert_eq!(r.result()["content"][0]["text"], "Tool list changed");
+    let note = stream.next().await;
+    assert_eq!(note["method"], "notifications/tools/list_changed");
+    let r = c.post(&json!({"jsonrpc":"2.0","id":2,"method":"tools/list"}), &h).await;
+    let names: Vec<&str> =
+        r.result()["tools"].as_array().expect("tools").iter().filter_map(|t| t["name"].as_str()).collect();
+    assert!(names.contains(&"test_dynamic_tool"), "the new tool is listed: {names:?}");
+    let r = c.post(&call(3, "test_trigger_prompt_change", json!({})), &h).await;
+    assert!(r.result()["isError"].is_null() || r.result()["isError"] == false);
+    assert_eq!(stream.next().await["method"], "notifications/prompts/list_changed");
+
+    // Subscriptions are acknowledged with an empty result.
+    for (i, method) in ["resources/subscribe", "resources/unsubscribe"].iter().enumerate() {
+        let body = json!({"jsonrpc":"2.0","id":10 + i,"method":method,"params":{"uri":"test://watched-resource"}});
+        assert_eq!(c.post(&body, &h).await.result(), &json!({}));
+    }
+    // logging/setLevel filters this session's log notifications.
+    let set = json!({"jsonrpc":"2.0","id":20,"method":"logging/setLevel","params":{"level":"error"}});
+    assert_eq!(c.post(&set, &h).await.result(), &json!({}));
+    let r = c.post(&call(21, "test_tool_with_logging", json!({})), &h).await;
+    assert!(r.events.iter().all(|e| e["method"] != "notifications/message"), "no info logs above error: {}", r.text);
+
+    // DELETE ends it; the id is then unknown (404), and a bad id is too.
+    let http = reqwest::Client::new();
+    let r = http.delete(&c.url).header("mcp-session-id", &sid).send().await.expect("DELETE");
+    assert_eq!(r.status(), 204);
+    let r = c.post(&json!({"jsonrpc":"2.0","id":30,"method":"ping"}), &h).await;
+    assert_eq!(r.status, 404, "{}", r.text);
+    let r = http.delete(&c.url).header("mcp-session-id", &sid).send().await.expect("DELETE");
+    assert_eq!(r.status(), 404);
+    let r = c.post(&json!({"jsonrpc":"2.0","id":31,"method":"ping"}), &[("mcp-session-id", "forged.value")]).await;
+    assert_eq!(r.status, 404);
+    let get = c.get_stream(&[("mcp-session-id", "forged.value")]).await;
+    assert_eq!(get.status, 404);
+    // A new handshake starts over.
+    initialize(&c, "2025-06-18", json!({})).await;
+}
+
+#[tokio::test]
+async fn legacy_server_to_client_requests_over_http() {
+    let stack = Stack::conformance().await;
+    let c = stack.client();
+    let sid = initialize(&c, "2025-11-25", json!({"elicitation":{},"sampling":{}})).await;
+    let h = [("mcp-session-id", sid.as_str()), ("mcp-protocol-version", "2025-11-25")];
+
+    // The tool's question arrives as a real request on the response stream ...
+    let mut stream = c.stream(&call(1, "test_elicitation", json!({"message":"Who are you?"})), &h).await;
+    let ask = stream.next().await;
+    assert_eq!(ask["method"], "elicitation/create");
+    assert_eq!(ask["params"]["message"], "Who are you?");
+    assert_eq!(ask["params"]["requestedSchema"]["required"], json!(["username", "email"]));
+    // ... the client answers with a POST of its response (202) ...
+    let answer = json!({"jsonrpc":"2.0","id":ask["id"],"result":{"action":"accept","content":{"username":"ada","email":"ada@example.com"}}});
+    let r = c.post(&answer, &h).await;
+    assert_eq!(r.status, 202);
+    // ... and the call resumes and finishes.
+    let reply = stream.next().await;
+    assert_eq!(reply["id"], 1);
+    let text = reply["result"]["content"][0]["text"].as_str().expect("text");
+    assert!(text.starts_with("User response: action=accept") && text.contains("ada@example.com"), "{text}");
+
+    // Sampling the same way.
+    let mut stream = c.stream(&call(2, "test_sampling", json!({"prompt":"2+2?"})), &h).await;
+    let ask = stream.next().await;
+    assert_eq!(ask["method"], "sampling/createMessage");
+    assert_eq!(ask["params"]["maxTokens"], 100);
+    let answer = json!({"jsonrpc":"2.0","id":ask["id"],"result":{"role":"assistant","content":{"type":"text","text":"4"},"model":"m"}});
+    assert_eq!(c.post(&answer, &h).await.status, 202);
+    assert_eq!(stream.next().await["result"]["content"][0]["text"], "LLM response: 4");
+
+    // A session that did not declare the capability is never asked.
+    let sid2 = initialize(&c, "2025-11-25", json!({})).await;
+    let r = c.post(&call(3, "test_sampling", json!({"prompt":"x"})), &[("mcp-session-id", &sid2)]).await;
+    assert_eq!(r.error_code(), Some(-32602), "{}", r.text);
+    assert!(r.events.iter().all(|e| e.get("method").is_none()), "no request was sent: {}", r.text);
+}
+
+#[tokio::test]
+async fn modern_multi_round_trip_requests() {
+    let stack = Stack::conformance().await;
+    let c = stack.client();
+    let caps = json!({"elicitation":{}});
+    let with_caps = |mut body: Value| {
+        body["params"]["_meta"]["io.modelcontextprotocol/clientCapabilities"] = caps.clone();
+        body
+    };
+    let headers = [
+        ("mcp-protocol-version", e2e::MODERN),
+        ("mcp-method", "tools/call"),
+        ("mcp-name", "test_input_required_result_multi_round"),
+    ];
+    let first = with_caps(e2e::modern_request(
+        1,
+        "tools/call",
+        json!({"name":"test_input_required_result_multi_round","arguments":{}}),
+    ));
+    let r = c.post(&first, &headers).await;
+    let round1 = r.result().clone();
+    assert_eq!(round1["resultType"], "input_required");
+    assert!(round1.get("ttlMs").is_none(), "never cacheable");
+    assert_eq!(round1["inputRequests"]["step1"]["method"], "elicitation/create");
+    let state1 = round1["requestState"].as_str().expect("a request state").to_owned();
+
+    let mut retry = first.clone();
+    retry["id"] = json!(2);
+    retry["params"]["inputResponses"] = json!({"step1":{"action":"accept","content":{"name":"Ada"}}});
+    retry["params"]["requestState"] = json!(state1);
+    let round2 = c.post(&retry, &headers).await.result().clone();
+    assert_eq!(round2["inputRequests"]["step2"]["params"]["message"], "Step 2: What is your favorite color?");
+    let state2 = round2["requestState"].as_str().expect("state").to_owned();
+    assert_ne!(state1, state2);
+
+    let mut last = first.clone();
+    last["id"] = json!(3);
+    last["params"]["inputResponses"] = json!({"step2":{"action":"accept","content":{"color":"green"}}});
+    last["params"]["requestState"] = json!(state2);
+    let done = c.post(&last, &headers).await;
+    assert_eq!(done.result()["resultType"], "complete");
+    assert_eq!(done.result()["content"][0]["text"], "Ada's favorite color is green");
+
+    // A tampered state, or one replayed on another tool or other arguments, is refused.
+    let mut tampered = last.clone();
+    let mut chars: Vec<char> = state2.chars().collect();
+    chars[3] = if chars[3] == 'A' { 'B' } else { 'A' };
+    tampered["params"]["requestState"] = json!(chars.into_iter().collect::<String>());
+    let r = c.post(&tampered, &headers).await;
+    assert_eq!(r.error_code(), Some(-32602), "{}", r.text);
+    let mut moved = with_caps(e2e::modern_request(
+        4,
+        "tools/call",
+        json!({"name":"test_input_required_result_elicitation","arguments":{}}),
+    ));
+    moved["params"]["requestState"] = json!(state2);
+    moved["params"]["inputResponses"] = json!({"user_name":{"action":"accept","content":{"name":"x"}}});
+    let r = c
+        .post(
+            &moved,
+            &[
+                ("mcp-protocol-version", e2e::MODERN),
+                ("mcp-method", "tools/call"),
+                ("mcp-name", "test_input_required_result_elicitation"),
+            ],
+        )
+        .await;
+    assert_eq!(r.error_code(), Some(-32602), "{}", r.text);
+
+    // A capability the request did not declare is never asked for: -32021, HTTP 400.
+    let r = c.modern(5, "tools/call", json!({"name":"test_missing_capability","arguments":{}})).await;
+    assert_eq!((r.status, r.error_code()), (400, Some(-32021)));
+    assert_eq!(r.json["error"]["data"]["requiredCapabilities"], json!({"sampling":{}}));
+    // Malformed input responses are a protocol error.
+    let mut bad = first.clone();
+    bad["params"]["inputResponses"] = json!({"step1": 12345});
+    assert_eq!(c.post(&bad, &headers).await.error_code(), Some(-32602));
+}
+
+#[tokio::test]
+async fn modern_listen_streams_follow_their_filter() {
+    let stack = Stack::conformance().await;
+    let c = stack.client();
+    let listen = |id: i64, filter: Value| {
+        let body = e2e::modern_request(id, "subscriptions/listen", json!({"notifications": filter}));
+        let c = c.clone();
+        async move {
+            c.stream(&body, &[("mcp-protocol-version", e2e::MODERN), ("mcp-method", "subscriptions/listen")]).await
+        }
+    };
+    let mut tools = listen(100, json!({"toolsListChanged": true, "bogus": true})).await;
+    let mut prompts = listen(200, json!({"promptsListChanged": true})).await;
+    let ack = tools.next().await;
+    assert_eq!(ack["method"], "notifications/subscriptions/acknowledged");
+    assert_eq!(ack["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"], 100);
+    assert_eq!(ack["params"]["notifications"], json!({"toolsListChanged": true}), "only what is honoured");
+    assert_eq!(prompts.next().await["params"]["notifications"], json!({"promptsListChanged": true}));
+
+    let r = c.modern(1, "tools/call", json!({"name":"test_trigger_tool_change","arguments":{}})).await;
+    assert_eq!(r.result()["resultType"], "complete");
+    let note = tools.next().await;
+    assert_eq!(note["method"], "notifications/tools/list_changed");
+    assert_eq!(note["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"], 100);
+    assert!(prompts.next_within(Duration::from_millis(500)).await.is_none(), "not asked for tool changes");
+    c.modern(2, "tools/call", json!({"name":"test_trigger_prompt_change","arguments":{}})).await;
+    let note = prompts.next().await;
+    assert_eq!(note["method"], "notifications/prompts/list_changed");
+    assert_eq!(note["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"], 200);
+}
