@@ -28,7 +28,11 @@ pub async fn run(mut config: Config, shutdown: CancellationToken) -> Result<(), 
     let (listener, registry_addr) = loopback().await?;
     tasks.spawn(component(registry_service::serve(listener, catalog, inner.clone())));
 
-    let mcp_config = mcp_service::Config { registry: Some(format!("http://{registry_addr}")), ..Default::default() };
+    // The engine's own settings (page size, cache hints, state secret) come from its usual
+    // `MCP_SERVICE_*` environment; only the registry address is standalone's to choose.
+    let mut mcp_config: mcp_service::Config = mcp_proto::runtime::load_config(None, "MCP_SERVICE_", &NoFlags {})
+        .map_err(|e| Error::Config(format!("mcp-service: {e}")))?;
+    mcp_config.registry = Some(format!("http://{registry_addr}"));
     let engine = mcp_service::engine(&mcp_config, &inner).await?;
     let (listener, mcp_addr) = loopback().await?;
     tasks.spawn(component(mcp_service::serve(listener, engine, inner.clone())));
@@ -60,6 +64,10 @@ pub async fn run(mut config: Config, shutdown: CancellationToken) -> Result<(), 
     }
     outcome
 }
+
+/// Standalone passes no command-line flags to the embedded components.
+#[derive(serde::Serialize)]
+struct NoFlags {}
 
 /// A component's future with its error unified, for the join set.
 async fn component<E: Into<Error>>(run: impl Future<Output = Result<(), E>>) -> Result<(), Error> {

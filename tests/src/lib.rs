@@ -106,7 +106,14 @@ fn drain_logs(
 impl Proc {
     /// Start `name` with `args` and wait for `service`'s `listening` line.
     pub async fn start(name: &str, args: &[&str], service: &str) -> Proc {
-        let mut child = command(name, args).spawn().unwrap_or_else(|e| panic!("spawn {name}: {e}"));
+        Self::start_with_env(name, args, &[], service).await
+    }
+
+    /// Like [`Proc::start`], with extra environment variables.
+    pub async fn start_with_env(name: &str, args: &[&str], env: &[(&str, &str)], service: &str) -> Proc {
+        let mut cmd = command(name, args);
+        cmd.envs(env.iter().copied());
+        let mut child = cmd.spawn().unwrap_or_else(|e| panic!("spawn {name}: {e}"));
         let logs = Arc::new(Mutex::new(Vec::new()));
         let (tx, rx) = tokio::sync::oneshot::channel();
         let stderr = child.stderr.take().expect("stderr piped");

@@ -238,3 +238,80 @@ async fn health_and_oauth_metadata_through_the_gateway() {
         assert_eq!(r.status(), 200, "oauth {path}");
     }
 }
+
+#[tokio::test]
+async fn lists_paginate_with_opaque_cursors() {
+    let defs = e2e::example("conformance.yaml");
+    let gw = e2e::Proc::start_with_env(
+        "gateway",
+        &["--standalone", "--listen", "127.0.0.1:0", "--definitions", &defs],
+        &[("MCP_SERVICE_PAGE_SIZE", "4")],
+        "gateway",
+    )
+    .await;
+    let c = Client::new(&format!("{}/mcp", gw.url()));
+    for modern in [false, true] {
+        let mut names = Vec::new();
+        let mut cursor: Option<String> = None;
+        let mut pages = 0;
+        loop {
+            let params = cursor.as_ref().map_or(json!({}), |c| json!({"cursor": c}));
+            let r = if modern {
+                c.modern(pages, "tools/list", params).await
+            } else {
+                c.legacy("2025-11-25", pages, "tools/list", params).await
+            };
+            let page = r.result();
+            let tools = page["tools"].as_array().expect("tools");
+            assert!(tools.len() <= 4);
+            names.extend(tools.iter().filter_map(|t| t["name"].as_str().map(str::to_owned)));
+            pages += 1;
+            if modern {
+                assert_eq!(page["cacheScope"], "public", "every page has the same scope");
+            }
+            match page.get("nextCursor").and_then(Value::as_str) {
+                Some(next) => cursor = Some(next.to_owned()),
+                None => break,
+            }
+        }
+        assert!(pages > 3, "{pages} pages");
+        let mut unique = names.clone();
+        unique.sort();
+        unique.dedup();
+        assert_eq!(unique.len(), names.len(), "no tool twice");
+        assert!(
+            names.contains(&"test_simple_text".to_owned()) && names.contains(&"json_schema_2020_12_tool".to_owned())
+        );
+    }
+    let r = c.legacy("2025-11-25", 99, "tools/list", json!({"cursor": "bogus"})).await;
+    assert_eq!(r.error_code(), Some(-32602));
+    let r = c.modern(99, "prompts/list", json!({"cursor": 7})).await;
+    assert_eq!(r.error_code(), Some(-32602));
+}
+
+#[tokio::test]
+async fn structured_output_and_titles_follow_each_revision() {
+    let stack = Stack::standalone().await;
+    let c = stack.client();
+    let tool = |r: &e2e::Reply, name: &str| {
+        r.result()["tools"].as_array().expect("tools").iter().find(|t| t["name"] == name).cloned().expect("tool")
+    };
+    // 2024-11-05 predates titles, annotations and structured output.
+    let old = c.legacy("2024-11-05", 1, "tools/list", json!({})).await;
+    let add = tool(&old, "add");
+    assert!(add.get("title").is_none() && add.get("outputSchema").is_none() && add.get("annotations").is_none());
+    let r = c.legacy("2024-11-05", 2, "tools/call", json!({"name":"add","arguments":{"a":1,"b":2}})).await;
+    assert!(r.result().get("structuredContent").is_none());
+    assert_eq!(r.result()["content"][0]["text"], "{\"sum\":3}", "the text mirror stays");
+    // 2025-03-26 has annotations, 2025-06-18 titles and structured output.
+    let mid = c.legacy("2025-03-26", 3, "tools/list", json!({})).await;
+    assert!(tool(&mid, "add").get("annotations").is_some() && tool(&mid, "add").get("title").is_none());
+    let new = c.legacy("2025-06-18", 4, "tools/list", json!({})).await;
+    assert_eq!(tool(&new, "add")["title"], "Add two numbers");
+    assert_eq!(tool(&new, "add")["outputSchema"]["type"], "object");
+    let r = c.legacy("2025-06-18", 5, "tools/call", json!({"name":"add","arguments":{"a":1,"b":2}})).await;
+    assert_eq!(r.result()["structuredContent"], json!({"sum":3}));
+    // tools/call without `arguments` is `{}`.
+    let r = c.legacy("2025-06-18", 6, "tools/call", json!({"name":"count"})).await;
+    assert_eq!(r.json["result"]["content"][0]["text"], "counted to 3");
+}
