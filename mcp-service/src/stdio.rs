@@ -8,14 +8,15 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use futures_util::StreamExt as _;
 use mcp_proto::envelope::{self, Body};
 use mcp_proto::mcp::{Disposition, Transport};
 use serde_json::Value;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt as _};
 use tokio::sync::mpsc;
 use tokio::task::{AbortHandle, JoinSet};
-use tokio_util::codec::{FramedRead, LinesCodec, LinesCodecError};
+use bytes::BytesMut;
+use tokio::io::AsyncReadExt as _;
+use tokio_util::codec::{Decoder as _, LinesCodec, LinesCodecError};
 use tokio_util::sync::CancellationToken;
 
 use crate::context::{Context, Frame};
@@ -43,7 +44,7 @@ where
         Context { transport: Transport::Stdio, session: Some(session), accepts_stream: true, ..Context::default() };
     let in_flight: Arc<Mutex<HashMap<String, AbortHandle>>> = Arc::default();
     let mut tasks = JoinSet::new();
-    let mut lines = FramedRead::new(input, LinesCodec::new_with_max_length(MAX_LINE));
+    let mut lines = Lines::new(input);
 
     loop {
         let line = tokio::select! {
@@ -141,4 +142,36 @@ async fn write_frames<W: AsyncWrite + Unpin>(mut rx: mpsc::Receiver<Frame>, mut 
         }
     }
     out.flush().await
+}
+
+/// Newline-delimited input with a length limit. Unlike a framed stream, it keeps reading after
+/// an oversize line (which it skips and reports), so one bad message does not end the session.
+struct Lines<R> {
+    input: R,
+    codec: LinesCodec,
+    buffer: BytesMut,
+    eof: bool,
+}
+
+impl<R: AsyncRead + Unpin> Lines<R> {
+    fn new(input: R) -> Self {
+        Self { input, codec: LinesCodec::new_with_max_length(MAX_LINE), buffer: BytesMut::new(), eof: false }
+    }
+
+    async fn next(&mut self) -> Option<Result<String, LinesCodecError>> {
+        loop {
+            let decoded = if self.eof { self.codec.decode_eof(&mut self.buffer) } else { self.codec.decode(&mut self.buffer) };
+            match decoded {
+                Ok(Some(line)) => return Some(Ok(line)),
+                Err(e) => return Some(Err(e)),
+                Ok(None) if self.eof => return None,
+                Ok(None) => {}
+            }
+            match self.input.read_buf(&mut self.buffer).await {
+                Ok(0) => self.eof = true,
+                Ok(_) => {}
+                Err(e) => return Some(Err(LinesCodecError::Io(e))),
+            }
+        }
+    }
 }

@@ -131,14 +131,17 @@ async fn stdio_server_to_client_requests_and_list_changes() {
     client
         .send(&json!({"jsonrpc":"2.0","id":ask["id"],"result":{"roots":[{"uri":"file:///work","name":"work"}]}}))
         .await;
-    let (_, r) = client.request(&json!({"jsonrpc":"2.0","id":3,"method":"ping"})).await;
+    let (before, r) = client.request(&json!({"jsonrpc":"2.0","id":3,"method":"ping"})).await;
     assert_eq!(r["result"], json!({}));
     // The call's reply may come before or after that ping's; find it.
-    let reply = loop {
-        let m = client.recv().await;
-        if m["id"] == 1 {
-            break m;
-        }
+    let reply = match before.into_iter().find(|m| m["id"] == 1) {
+        Some(m) => m,
+        None => loop {
+            let m = client.recv().await;
+            if m["id"] == 1 {
+                break m;
+            }
+        },
     };
     assert_eq!(reply["result"]["content"][0]["text"], "Client roots: file:///work");
 
@@ -176,6 +179,18 @@ async fn stdio_batches_for_2025_03_26() {
     client.send(&json!([{"jsonrpc":"2.0","method":"notifications/initialized"}])).await;
     let (notes, r) = client.request(&json!({"jsonrpc":"2.0","id":"c","method":"ping"})).await;
     assert!(notes.is_empty(), "{notes:?}");
+    assert_eq!(r["result"], json!({}));
+    assert!(client.close().await.success());
+}
+
+#[tokio::test]
+async fn stdio_refuses_oversize_lines() {
+    let mut client = StdioClient::start(&[]).await;
+    let huge = format!("{{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\",\"params\":{{\"pad\":\"{}\"}}}}", "x".repeat(17 * 1024 * 1024));
+    client.send_line(&huge).await;
+    let r = client.recv().await;
+    assert_eq!(r["error"]["code"], -32600, "{r}");
+    let (_, r) = client.request(&json!({"jsonrpc":"2.0","id":2,"method":"ping"})).await;
     assert_eq!(r["result"], json!({}));
     assert!(client.close().await.success());
 }
