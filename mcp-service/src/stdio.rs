@@ -8,14 +8,14 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use bytes::BytesMut;
 use mcp_proto::envelope::{self, Body};
 use mcp_proto::mcp::{Disposition, Transport};
 use serde_json::Value;
+use tokio::io::AsyncReadExt as _;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt as _};
 use tokio::sync::mpsc;
 use tokio::task::{AbortHandle, JoinSet};
-use bytes::BytesMut;
-use tokio::io::AsyncReadExt as _;
 use tokio_util::codec::{Decoder as _, LinesCodec, LinesCodecError};
 use tokio_util::sync::CancellationToken;
 
@@ -160,7 +160,8 @@ impl<R: AsyncRead + Unpin> Lines<R> {
 
     async fn next(&mut self) -> Option<Result<String, LinesCodecError>> {
         loop {
-            let decoded = if self.eof { self.codec.decode_eof(&mut self.buffer) } else { self.codec.decode(&mut self.buffer) };
+            let decoded =
+                if self.eof { self.codec.decode_eof(&mut self.buffer) } else { self.codec.decode(&mut self.buffer) };
             match decoded {
                 Ok(Some(line)) => return Some(Ok(line)),
                 Err(e) => return Some(Err(e)),

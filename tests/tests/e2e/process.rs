@@ -100,3 +100,32 @@ async fn gateway_reports_unready_when_mcp_service_is_gone() {
     assert_eq!(r.json["id"], 9);
     assert_eq!(ready(format!("{}/healthz", gateway.url())).await, 200);
 }
+
+#[tokio::test]
+async fn broken_definitions_stop_the_start_with_file_and_line() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("defs.yaml");
+    std::fs::write(&file, "server: { name: acme }\nbuiltin: [demo]\n").expect("write");
+    let path = file.to_str().expect("utf-8 path");
+    let out = std::process::Command::new(bin("registry-service"))
+        .args(["--validate-only", "--definitions", path])
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("defs.yaml") && err.contains("line 2") && err.contains("unknown field `builtin`"), "{err}");
+    // The same file refuses a standalone start, naming it.
+    let out = std::process::Command::new(bin("gateway"))
+        .args(["--standalone", "--listen", "127.0.0.1:0", "--definitions", path])
+        .output()
+        .expect("run");
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("defs.yaml"));
+    // A good file validates.
+    let out = std::process::Command::new(bin("registry-service"))
+        .args(["--validate-only", "--definitions", &e2e::example("conformance.yaml")])
+        .output()
+        .expect("run");
+    assert!(out.status.success());
+    assert!(String::from_utf8_lossy(&out.stdout).starts_with("ok: "));
+}

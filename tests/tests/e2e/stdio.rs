@@ -186,7 +186,10 @@ async fn stdio_batches_for_2025_03_26() {
 #[tokio::test]
 async fn stdio_refuses_oversize_lines() {
     let mut client = StdioClient::start(&[]).await;
-    let huge = format!("{{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\",\"params\":{{\"pad\":\"{}\"}}}}", "x".repeat(17 * 1024 * 1024));
+    let huge = format!(
+        "{{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\",\"params\":{{\"pad\":\"{}\"}}}}",
+        "x".repeat(17 * 1024 * 1024)
+    );
     client.send_line(&huge).await;
     let r = client.recv().await;
     assert_eq!(r["error"]["code"], -32600, "{r}");
