@@ -44,6 +44,9 @@ pub enum Error {
     HeaderMismatch(String),
     #[error("Internal error")]
     Internal(String),
+    /// The client went away (closed the stream) or cancelled the request.
+    #[error("Request cancelled")]
+    Cancelled,
 }
 
 impl Error {
@@ -66,7 +69,7 @@ impl Error {
             Self::UnsupportedVersion { .. } => ErrorCode::UNSUPPORTED_PROTOCOL_VERSION,
             Self::MethodNotFound(_) => ErrorCode::METHOD_NOT_FOUND,
             Self::ResourceNotFound(_) => ErrorCode::resource_not_found(era),
-            Self::Internal(_) => ErrorCode::INTERNAL_ERROR,
+            Self::Internal(_) | Self::Cancelled => ErrorCode::INTERNAL_ERROR,
         }
     }
 

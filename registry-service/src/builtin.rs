@@ -13,11 +13,20 @@ const ABOUT: &str = "# MCP platform\n\nA dual-era Model Context Protocol server:
 2024-11-05 to 2025-11-25 through the initialize handshake, and the stateless revision \
 2026-07-28 through per-request `_meta`, over stdio and Streamable HTTP.\n";
 
+/// A small icon, inline so that clients need fetch nothing.
+pub const ICON: &str = "data:image/svg+xml;base64,PHN2ZyB4bWxucz0iaHR0cDovL3d3dy53My5vcmcvMjAwMC9zdmciIHZpZXdCb3g9IjAgMCAxNiAxNiI+PGNpcmNsZSBjeD0iOCIgY3k9IjgiIHI9IjciIGZpbGw9IiMyYjZjYjAiLz48L3N2Zz4=";
+
+pub fn icons() -> Value {
+    json!([{ "src": ICON, "mimeType": "image/svg+xml", "sizes": ["any"] }])
+}
+
 pub fn server_info() -> Value {
     json!({
         "name": "mcp-platform",
         "title": "MCP Platform",
         "version": env!("CARGO_PKG_VERSION"),
+        "description": "A dual-era MCP server platform",
+        "icons": icons(),
     })
 }
 
@@ -86,6 +95,7 @@ fn echo() -> Tool {
             "name": "echo",
             "title": "Echo",
             "description": "Returns the message it is given",
+            "icons": icons(),
             "inputSchema": {
                 "type": "object",
                 "properties": { "message": { "type": "string", "description": "Text to send back" } },

@@ -265,6 +265,17 @@ fn tools() -> Vec<Tool> {
                 })
             }),
         ),
+        tool(
+            "test_trigger_resource_update",
+            "Announces that test://watched-resource changed",
+            NO_ARGS(),
+            Arc::new(|_, ctx| {
+                Box::pin(async move {
+                    ctx.catalog.resource_updated("test://watched-resource");
+                    text_outcome("Resource updated")
+                })
+            }),
+        ),
         Tool {
             name: "json_schema_2020_12_tool".into(),
             def: json!({

@@ -144,7 +144,7 @@ pub async fn listen(engine: &Engine, req: &Request<'_>, _catalog: &CatalogView) 
     loop {
         let event = tokio::select! {
             _ = engine.shutdown.cancelled() => break,
-            _ = req.sink.closed() => return Err(Error::Internal("listener left".into())),
+            _ = req.sink.closed() => return Err(Error::Cancelled),
             e = events.recv() => match e {
                 Ok(e) => e,
                 Err(broadcast::error::RecvError::Lagged(_)) => continue,

@@ -59,7 +59,13 @@ async fn one_round(
 ) -> Result<Handled, Error> {
     let unknown = || Error::UnknownTool(name.to_owned());
     let mut events = engine.registry.clone().call_tool(call).await.map_err(|s| from_registry(s, unknown))?.into_inner();
-    while let Some(event) = events.message().await.map_err(|s| from_registry(s, unknown))? {
+    loop {
+        // A client that went away cancelled the call: stop, which tells the tool too.
+        let event = tokio::select! {
+            _ = req.sink.closed() => return Err(Error::Cancelled),
+            event = events.message() => event.map_err(|s| from_registry(s, unknown))?,
+        };
+        let Some(event) = event else { break };
         use pb::tool_event::Event;
         match event.event {
             Some(Event::Progress(p)) => {

@@ -315,3 +315,26 @@ async fn structured_output_and_titles_follow_each_revision() {
     let r = c.legacy("2025-06-18", 6, "tools/call", json!({"name":"count"})).await;
     assert_eq!(r.json["result"]["content"][0]["text"], "counted to 3");
 }
+
+#[tokio::test]
+async fn icons_from_2025_11_25_on() {
+    let stack = Stack::standalone().await;
+    let c = stack.client();
+    let echo_icons = |r: &e2e::Reply| {
+        r.result()["tools"].as_array().expect("tools").iter().find(|t| t["name"] == "echo").expect("echo")["icons"]
+            .clone()
+    };
+    let r = c.legacy("2025-11-25", 1, "tools/list", json!({})).await;
+    assert_eq!(echo_icons(&r)[0]["mimeType"], "image/svg+xml");
+    assert!(echo_icons(&r)[0]["src"].as_str().is_some_and(|s| s.starts_with("data:image/svg+xml;base64,")));
+    let r = c.legacy("2025-06-18", 2, "tools/list", json!({})).await;
+    assert!(echo_icons(&r).is_null());
+    let r = c.modern(3, "tools/list", json!({})).await;
+    assert!(echo_icons(&r).is_array());
+    // The server's own icons: in initialize from 2025-11-25, in discover's `_meta`.
+    let init = |v: &str| json!({"jsonrpc":"2.0","id":4,"method":"initialize","params":{"protocolVersion":v,"capabilities":{}}});
+    assert!(c.post(&init("2025-11-25"), &[]).await.result()["serverInfo"]["icons"].is_array());
+    assert!(c.post(&init("2025-06-18"), &[]).await.result()["serverInfo"].get("icons").is_none());
+    let d = c.modern(5, "server/discover", json!({})).await;
+    assert!(d.result()["_meta"]["io.modelcontextprotocol/serverInfo"]["icons"].is_array());
+}

@@ -225,3 +225,41 @@ async fn modern_listen_streams_follow_their_filter() {
     assert_eq!(note["method"], "notifications/prompts/list_changed");
     assert_eq!(note["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"], 200);
 }
+
+#[tokio::test]
+async fn resource_updates_reach_subscribers_only() {
+    let stack = Stack::conformance().await;
+    let c = stack.client();
+    let watched = "test://watched-resource";
+    // Legacy: one session subscribes, another does not; both hold a GET stream.
+    let subscriber = initialize(&c, "2025-11-25", json!({})).await;
+    let bystander = initialize(&c, "2025-11-25", json!({})).await;
+    let sub_h = [("mcp-session-id", subscriber.as_str())];
+    let mut sub_stream = c.get_stream(&sub_h).await;
+    let mut other_stream = c.get_stream(&[("mcp-session-id", bystander.as_str())]).await;
+    let body = json!({"jsonrpc":"2.0","id":1,"method":"resources/subscribe","params":{"uri":watched}});
+    assert_eq!(c.post(&body, &sub_h).await.result(), &json!({}));
+    // Modern: a listen stream that names the resource.
+    let listen =
+        e2e::modern_request(50, "subscriptions/listen", json!({"notifications":{"resourceSubscriptions":[watched]}}));
+    let mut modern =
+        c.stream(&listen, &[("mcp-protocol-version", e2e::MODERN), ("mcp-method", "subscriptions/listen")]).await;
+    assert_eq!(modern.next().await["params"]["notifications"], json!({"resourceSubscriptions":[watched]}));
+
+    c.post(&call(2, "test_trigger_resource_update", json!({})), &sub_h).await;
+    let note = sub_stream.next().await;
+    assert_eq!(
+        (note["method"].as_str(), note["params"]["uri"].as_str()),
+        (Some("notifications/resources/updated"), Some(watched))
+    );
+    let note = modern.next().await;
+    assert_eq!(note["params"]["uri"], watched);
+    assert_eq!(note["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"], 50);
+    assert!(other_stream.next_within(Duration::from_millis(400)).await.is_none(), "not subscribed");
+
+    // After unsubscribing, nothing more.
+    let body = json!({"jsonrpc":"2.0","id":3,"method":"resources/unsubscribe","params":{"uri":watched}});
+    c.post(&body, &sub_h).await;
+    c.post(&call(4, "test_trigger_resource_update", json!({})), &sub_h).await;
+    assert!(sub_stream.next_within(Duration::from_millis(400)).await.is_none(), "unsubscribed");
+}
