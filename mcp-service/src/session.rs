@@ -58,18 +58,18 @@ impl Session {
         self.subscriptions.lock().is_ok_and(|s| s.contains(uri))
     }
 
-    /// Send a server-initiated message on exactly one open stream; `false` if none took it.
-    pub async fn send(&self, frame_json: Vec<u8>) -> bool {
-        let senders: Vec<mpsc::Sender<Frame>> = self.outbound.lock().map(|o| o.clone()).unwrap_or_default();
-        for tx in senders.iter().rev() {
-            let frame = Frame::interim(frame_json.clone());
-            if tx.send(frame).await.is_ok() {
-                return true;
+    /// Send a server-initiated message on exactly one open stream (the newest that takes it);
+    /// `false` if none did. Never waits: a stream too slow to keep up misses the message rather
+    /// than holding up every other session.
+    pub fn send(&self, frame_json: Vec<u8>) -> bool {
+        let Ok(mut outbound) = self.outbound.lock() else { return false };
+        outbound.retain(|tx| !tx.is_closed());
+        for tx in outbound.iter().rev() {
+            match tx.try_send(Frame::interim(frame_json.clone())) {
+                Ok(()) => return true,
+                Err(mpsc::error::TrySendError::Full(_)) => tracing::debug!("session stream full; message skipped"),
+                Err(mpsc::error::TrySendError::Closed(_)) => {}
             }
-        }
-        // Forget streams that closed.
-        if let Ok(mut o) = self.outbound.lock() {
-            o.retain(|tx| !tx.is_closed());
         }
         false
     }

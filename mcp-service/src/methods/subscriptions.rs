@@ -70,7 +70,7 @@ pub async fn notify_sessions(engine: Arc<Engine>) {
             let json = mcp_proto::jsonrpc::notification(method, &params);
             for session in engine.sessions.all() {
                 if uri.is_none_or(|u| session.is_subscribed(u)) {
-                    session.send(json.clone()).await;
+                    session.send(json.clone());
                 }
             }
         }
