@@ -20,7 +20,7 @@ pub struct Item {
     pub scopes: Vec<String>,
 }
 
-#[derive(Debug, Default)]
+#[derive(Default)]
 pub struct CatalogView {
     pub version: u64,
     pub server_info: Value,
@@ -31,6 +31,9 @@ pub struct CatalogView {
     pub prompts: Vec<Item>,
     tool_index: HashMap<String, usize>,
     prompt_index: HashMap<String, usize>,
+    /// Each tool's `inputSchema`, compiled once per catalog version (`None` when the schema
+    /// cannot be compiled; the registry refuses such schemas at load).
+    validators: Vec<Option<jsonschema::Validator>>,
 }
 
 // === impl CatalogView ===
@@ -48,6 +51,10 @@ impl CatalogView {
             server_info: serde_json::from_slice(&c.server_info_json).unwrap_or(Value::Null),
             instructions: c.instructions,
             tool_index: tools.iter().enumerate().map(|(i, t)| (t.key.clone(), i)).collect(),
+            validators: tools
+                .iter()
+                .map(|t| t.def.get("inputSchema").and_then(|schema| jsonschema::validator_for(schema).ok()))
+                .collect(),
             prompt_index: prompts.iter().enumerate().map(|(i, p)| (p.key.clone(), i)).collect(),
             tools,
             prompts,
@@ -58,6 +65,21 @@ impl CatalogView {
 
     pub fn tool(&self, name: &str) -> Option<&Item> {
         self.tool_index.get(name).map(|i| &self.tools[*i])
+    }
+
+    /// Why `arguments` do not fit tool `name`'s `inputSchema` (one line per problem), if they
+    /// do not.
+    pub fn argument_errors(&self, name: &str, arguments: &Value) -> Option<String> {
+        let validator = self.tool_index.get(name).and_then(|i| self.validators[*i].as_ref())?;
+        let problems: Vec<String> = validator
+            .iter_errors(arguments)
+            .take(10)
+            .map(|e| {
+                let at = e.instance_path().to_string();
+                if at.is_empty() { e.to_string() } else { format!("{at}: {e}") }
+            })
+            .collect();
+        (!problems.is_empty()).then(|| problems.join("; "))
     }
 
     pub fn prompt(&self, name: &str) -> Option<&Item> {

@@ -29,6 +29,14 @@ pub async fn call(engine: &Engine, req: &Request<'_>, catalog: &CatalogView) -> 
     if req.modern() && req.ctx.transport == mcp_proto::mcp::Transport::StreamableHttp {
         check_param_headers(&tool.def, &arguments, &req.ctx.param_headers)?;
     }
+    // Arguments that do not fit the schema are the model's to correct: a tool execution error.
+    if let Some(problems) = catalog.argument_errors(name, &arguments) {
+        let result = json!({
+            "content": [{ "type": "text", "text": format!("Invalid arguments for tool {name}: {problems}") }],
+            "isError": true
+        });
+        return Ok(shape::call_result(result, req.revision, req.modern()));
+    }
     let progress_token = req.progress_token();
     let capabilities = serde_json::to_vec(&req.client_capabilities()).unwrap_or_default();
     let log_level = req.log_level().unwrap_or_default();

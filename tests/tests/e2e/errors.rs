@@ -46,6 +46,12 @@ async fn envelope_errors() {
     // Arguments the tool rejects are a tool execution error the model can correct.
     let r = c.legacy("2025-11-25", 9, "tools/call", json!({"name": "add", "arguments": {"a": "x", "b": 1}})).await;
     assert_eq!(r.result()["isError"], true);
+    let text = r.result()["content"][0]["text"].as_str().unwrap_or_default();
+    assert!(text.starts_with("Invalid arguments for tool add") && text.contains("/a"), "{text}");
+    let r = c.modern(11, "tools/call", json!({"name": "echo", "arguments": {"message": "x", "extra": 1}})).await;
+    assert_eq!(r.result()["isError"], true, "additionalProperties: false is enforced");
+    let r = c.modern(12, "tools/call", json!({"name": "echo"})).await;
+    assert!(r.result()["content"][0]["text"].as_str().is_some_and(|t| t.contains("message")), "{}", r.text);
 
     // Still serving.
     let r = c.legacy("2025-11-25", 10, "ping", json!({})).await;
