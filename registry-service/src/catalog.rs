@@ -85,6 +85,8 @@ pub struct Tool {
 pub enum Content {
     Text(String),
     Blob(Vec<u8>),
+    /// A file, read on every request.
+    File(std::path::PathBuf),
 }
 
 #[derive(Clone)]
@@ -107,10 +109,12 @@ pub struct ResourceTemplate {
     pub scopes: Vec<String>,
     /// Produces the `contents` array (as `Outcome::Complete`) for a matching URI.
     pub reader: TemplateReader,
+    /// Completion values per template variable.
+    pub completions: HashMap<String, Vec<String>>,
 }
 
-/// Match `uri` against a level-1 RFC 6570 template (`{name}` expressions, each matching one or
-/// more characters other than `/`), returning the variables.
+/// Match `uri` against an RFC 6570 template of `{name}` (one or more characters other than
+/// `/`) and `{+name}` (one or more of any) expressions, returning the variables.
 pub fn match_template(template: &str, uri: &str) -> Option<HashMap<String, String>> {
     let mut vars = HashMap::new();
     let mut rest = uri;
@@ -118,14 +122,23 @@ pub fn match_template(template: &str, uri: &str) -> Option<HashMap<String, Strin
     while !tpl.is_empty() {
         if let Some(after_open) = tpl.strip_prefix('{') {
             let close = after_open.find('}')?;
-            let name = &after_open[..close];
+            let expr = &after_open[..close];
+            // `{+name}` (reserved expansion) may span `/`; `{name}` is one segment.
+            let (name, reserved) = match expr.strip_prefix('+') {
+                Some(n) => (n, true),
+                None => (expr, false),
+            };
             tpl = &after_open[close + 1..];
             // The literal that follows the expression bounds its value.
             let next_literal = tpl.split('{').next().unwrap_or_default();
-            let end =
-                if next_literal.is_empty() { rest.find('/').unwrap_or(rest.len()) } else { rest.find(next_literal)? };
+            let end = match (next_literal.is_empty(), reserved) {
+                (true, true) => rest.len(),
+                (true, false) => rest.find('/').unwrap_or(rest.len()),
+                (false, true) => rest.rfind(next_literal)?,
+                (false, false) => rest.find(next_literal)?,
+            };
             let value = &rest[..end];
-            if value.is_empty() || value.contains('/') {
+            if value.is_empty() || (!reserved && value.contains('/')) {
                 return None;
             }
             vars.insert(name.to_owned(), value.to_owned());
@@ -268,21 +281,18 @@ impl Catalog {
 // === impl Resource ===
 
 impl Resource {
-    /// The `contents` array of a `ReadResourceResult`.
-    pub fn contents(&self) -> Value {
+    /// The `contents` array of a `ReadResourceResult` (a file is read now).
+    pub fn contents(&self) -> Result<Value, String> {
         use base64::Engine as _;
-        let mut item = serde_json::Map::new();
-        item.insert("uri".into(), Value::String(self.uri.clone()));
-        if let Some(m) = &self.mime_type {
-            item.insert("mimeType".into(), Value::String(m.clone()));
-        }
-        match &self.content {
-            Content::Text(t) => item.insert("text".into(), Value::String(t.clone())),
-            Content::Blob(b) => {
-                item.insert("blob".into(), Value::String(base64::engine::general_purpose::STANDARD.encode(b)))
-            }
+        let mime = self.mime_type.as_deref().unwrap_or("text/plain");
+        let item = match &self.content {
+            Content::Text(t) => serde_json::json!({ "uri": self.uri, "mimeType": mime, "text": t }),
+            Content::Blob(b) => serde_json::json!({
+                "uri": self.uri, "mimeType": mime, "blob": base64::engine::general_purpose::STANDARD.encode(b)
+            }),
+            Content::File(path) => crate::definitions::file_contents(&self.uri, path, mime)?,
         };
-        Value::Array(vec![Value::Object(item)])
+        Ok(Value::Array(vec![item]))
     }
 }
 
@@ -365,5 +375,7 @@ mod tests {
         assert_eq!(vars["id"], "42");
         let vars = match_template("x://{a}-{b}", "x://one-two").expect("match");
         assert_eq!((vars["a"].as_str(), vars["b"].as_str()), ("one", "two"));
+        let vars = match_template("docs://files/{+path}", "docs://files/a/b.md").expect("match");
+        assert_eq!(vars["path"], "a/b.md");
     }
 }

@@ -642,6 +642,7 @@ fn templates() -> Vec<ResourceTemplate> {
             let body = json!({ "id": id, "templateTest": true, "data": format!("Data for ID: {id}") });
             Ok(Outcome::Complete(json!([{ "uri": uri, "mimeType": "application/json", "text": body.to_string() }])))
         }),
+        completions: HashMap::new(),
     }]
 }
 

@@ -176,7 +176,7 @@ impl Registry for RegistryService {
         let req = req.into_inner();
         let catalog = self.catalog.current();
         if let Some(resource) = catalog.resource(&req.uri).filter(|r| permits(req.caller.as_ref(), &r.scopes)) {
-            let contents = json_bytes(&resource.contents());
+            let contents = json_bytes(&resource.contents().map_err(Status::internal)?);
             return Ok(Response::new(pb::ReadResourceResult { contents_json: contents, input_required: None }));
         }
         let (template, vars) = catalog
@@ -228,7 +228,15 @@ impl Registry for RegistryService {
                     .ok_or_else(|| not_found("prompt", &req.ref_name))?;
                 prompt.completions.get(&req.argument_name).map(Vec::as_slice).unwrap_or(&[])
             }
-            "ref/resource" => &[],
+            "ref/resource" => {
+                let template = catalog
+                    .templates
+                    .iter()
+                    .find(|t| t.uri_template == req.ref_name)
+                    .filter(|t| permits(req.caller.as_ref(), &t.scopes))
+                    .ok_or_else(|| not_found("resource template", &req.ref_name))?;
+                template.completions.get(&req.argument_name).map(Vec::as_slice).unwrap_or(&[])
+            }
             other => return Err(Status::invalid_argument(format!("unknown reference type: {other}"))),
         };
         let prefix = req.argument_value.to_lowercase();
