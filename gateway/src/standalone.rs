@@ -24,7 +24,7 @@ pub async fn run(mut config: Config, shutdown: CancellationToken) -> Result<(), 
     let mut tasks = JoinSet::new();
 
     let registry_config = registry_service::Config { definitions: config.definitions.clone(), ..Default::default() };
-    let catalog = registry_service::load_catalog(&registry_config)?;
+    let catalog = registry_service::live_catalog(&registry_config, &inner)?;
     let (listener, registry_addr) = loopback().await?;
     tasks.spawn(component(registry_service::serve(listener, catalog, inner.clone())));
 

@@ -70,7 +70,7 @@ pub async fn engine(config: &Config, shutdown: &CancellationToken) -> Result<Arc
         None => {
             let registry_config =
                 registry_service::Config { definitions: config.definitions.clone(), ..Default::default() };
-            let catalog = registry_service::load_catalog(&registry_config)?;
+            let catalog = registry_service::live_catalog(&registry_config, shutdown)?;
             let listener = TcpListener::bind(("127.0.0.1", 0))
                 .await
                 .map_err(|source| StartError::Bind { addr: ([127, 0, 0, 1], 0).into(), source })?;

@@ -47,22 +47,38 @@ pub fn load_catalog(config: &Config) -> Result<Arc<Catalog>, Error> {
     }
 }
 
+/// The catalog the configuration describes, kept current: when it comes from a definitions
+/// file, the file is watched and reloaded until `shutdown`.
+pub fn live_catalog(config: &Config, shutdown: &CancellationToken) -> Result<server::CatalogHandle, Error> {
+    let handle = server::CatalogHandle::new(load_catalog(config)?);
+    if let Some(path) = &config.definitions {
+        if let Err(e) = definitions::watch::spawn(path.clone(), handle.clone(), shutdown.clone()) {
+            tracing::warn!(path = %path.display(), error = %e, "cannot watch the definitions file; it will not be reloaded");
+        }
+    }
+    Ok(handle)
+}
+
 /// Bind the configured address and serve until `shutdown` is cancelled.
 pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), Error> {
-    let catalog = load_catalog(&config)?;
+    let catalog = live_catalog(&config, &shutdown)?;
     let listener =
         TcpListener::bind(config.listen).await.map_err(|source| Error::Bind { addr: config.listen, source })?;
     serve(listener, catalog, shutdown).await
 }
 
 /// Serve the catalog on an already bound listener until `shutdown` is cancelled.
-pub async fn serve(listener: TcpListener, catalog: Arc<Catalog>, shutdown: CancellationToken) -> Result<(), Error> {
+pub async fn serve(
+    listener: TcpListener,
+    catalog: server::CatalogHandle,
+    shutdown: CancellationToken,
+) -> Result<(), Error> {
     let addr = listener.local_addr().map_err(|source| Error::Bind { addr: ([0, 0, 0, 0], 0).into(), source })?;
     let (health_reporter, health_service) = tonic_health::server::health_reporter();
     health_reporter
         .set_serving::<mcp_proto::registry::registry_server::RegistryServer<server::RegistryService>>()
         .await;
-    let service = server::RegistryService::new(server::CatalogHandle::new(catalog));
+    let service = server::RegistryService::new(catalog);
     tracing::info!(service = "registry-service", %addr, "listening");
     let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
     let drain = shutdown.clone();

@@ -11,6 +11,7 @@
 
 mod build;
 pub mod model;
+pub mod watch;
 
 pub use build::{file_contents, under_root};
 

@@ -1,0 +1,100 @@
+//! Live reload: the definitions file is watched (its directory, so that the symlink swap of a
+//! Kubernetes ConfigMap update is seen too). A valid new version replaces the catalog
+//! atomically; an invalid one is logged with its mistakes and the old catalog stays. Files that
+//! resources are read from are watched as well: a change to one is announced as a resource
+//! update.
+
+use std::collections::{BTreeSet, HashMap};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use notify::{RecursiveMode, Watcher as _};
+use sha2::{Digest, Sha256};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use crate::catalog::{Catalog, Content};
+use crate::server::CatalogHandle;
+
+/// Events closer together than this are taken as one change.
+const SETTLE: Duration = Duration::from_millis(150);
+
+fn fingerprint(path: &Path) -> Option<Vec<u8>> {
+    std::fs::read(path).ok().map(|bytes| Sha256::digest(bytes).to_vec())
+}
+
+/// The files resources are read from, by URI, with their current fingerprints.
+fn resource_files(catalog: &Catalog) -> HashMap<String, (PathBuf, Option<Vec<u8>>)> {
+    catalog
+        .resources
+        .iter()
+        .filter_map(|r| match &r.content {
+            Content::File(path) => Some((r.uri.clone(), (path.clone(), fingerprint(path)))),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Watch `path` and keep `handle` current until `shutdown`.
+pub fn spawn(path: PathBuf, handle: CatalogHandle, shutdown: CancellationToken) -> notify::Result<()> {
+    let (tx, mut rx) = mpsc::channel::<()>(64);
+    let mut watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
+        if event.is_ok() {
+            // A full queue already means "something changed".
+            let _ = tx.try_send(());
+        }
+    })?;
+    let mut watched = BTreeSet::new();
+    let mut watch_dir = move |watcher: &mut notify::RecommendedWatcher, file: &Path| {
+        let dir = file.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new(".")).to_path_buf();
+        if watched.insert(dir.clone()) {
+            if let Err(e) = watcher.watch(&dir, RecursiveMode::NonRecursive) {
+                tracing::warn!(dir = %dir.display(), error = %e, "cannot watch");
+            }
+        }
+    };
+    watch_dir(&mut watcher, &path);
+    let mut files = resource_files(&handle.current());
+    for (file, _) in files.values() {
+        watch_dir(&mut watcher, file);
+    }
+    let mut last = fingerprint(&path);
+    tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                event = rx.recv() => if event.is_none() { return },
+            }
+            // Let a burst of events (an editor's save, a ConfigMap swap) settle.
+            tokio::time::sleep(SETTLE).await;
+            while rx.try_recv().is_ok() {}
+            let now = fingerprint(&path);
+            if now != last {
+                last = now;
+                match super::load(&path) {
+                    Ok(catalog) => {
+                        files = resource_files(&catalog);
+                        for (file, _) in files.values() {
+                            watch_dir(&mut watcher, file);
+                        }
+                        handle.replace(catalog);
+                        tracing::info!(path = %path.display(), version = handle.current().version, "definitions reloaded");
+                    }
+                    Err(e) => {
+                        tracing::warn!(errors = %e, "definitions changed but are invalid; the previous catalog stays");
+                    }
+                }
+                continue;
+            }
+            for (uri, (file, seen)) in files.iter_mut() {
+                let current = fingerprint(file);
+                if current != *seen {
+                    *seen = current;
+                    tracing::info!(%uri, "resource file changed");
+                    handle.resource_updated(uri);
+                }
+            }
+        }
+    });
+    Ok(())
+}
