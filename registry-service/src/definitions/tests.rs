@@ -188,3 +188,26 @@ fn every_mistake_is_reported_at_once() {
     assert_eq!(err.issues.len(), 3, "{err}");
     let _ = Value::Null;
 }
+
+/// The published JSON Schema for the file accepts every example and refuses what the loader
+/// refuses for its shape, so editors and the server agree.
+#[test]
+fn the_published_schema_matches_the_examples() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let schema: Value =
+        serde_json::from_str(&std::fs::read_to_string(root.join("docs/definitions.schema.json")).expect("schema"))
+            .expect("schema is JSON");
+    jsonschema::meta::validate(&schema).expect("a valid 2020-12 schema");
+    let validator = jsonschema::validator_for(&schema).expect("compiles");
+    for example in ["examples/catalog.yaml", "examples/conformance.yaml"] {
+        let text = std::fs::read_to_string(root.join(example)).expect("example");
+        let doc: Value = serde_saphyr::from_str(&text).expect("YAML");
+        let problems: Vec<String> = validator.iter_errors(&doc).map(|e| e.to_string()).collect();
+        assert!(problems.is_empty(), "{example}: {problems:?}");
+        assert!(load(&root.join(example)).is_ok(), "{example} loads");
+    }
+    for (text, _, _) in MISTAKES.iter().take(4) {
+        let doc: Value = serde_saphyr::from_str(text).expect("YAML");
+        assert!(!validator.is_valid(&doc), "the schema refuses too:\n{text}");
+    }
+}
