@@ -12,6 +12,7 @@
 //!   official conformance suite drives.
 //! - [`server`]: the gRPC service over a catalog, and [`serve`] to run it on a listener.
 
+pub mod backends;
 pub mod builtin;
 pub mod catalog;
 pub mod config;
@@ -51,10 +52,10 @@ pub fn load_catalog(config: &Config) -> Result<Arc<Catalog>, Error> {
 /// file, the file is watched and reloaded until `shutdown`.
 pub fn live_catalog(config: &Config, shutdown: &CancellationToken) -> Result<server::CatalogHandle, Error> {
     let handle = server::CatalogHandle::new(load_catalog(config)?);
-    if let Some(path) = &config.definitions {
-        if let Err(e) = definitions::watch::spawn(path.clone(), handle.clone(), shutdown.clone()) {
-            tracing::warn!(path = %path.display(), error = %e, "cannot watch the definitions file; it will not be reloaded");
-        }
+    if let Some(path) = &config.definitions
+        && let Err(e) = definitions::watch::spawn(path.clone(), handle.clone(), shutdown.clone())
+    {
+        tracing::warn!(path = %path.display(), error = %e, "cannot watch the definitions file; it will not be reloaded");
     }
     Ok(handle)
 }

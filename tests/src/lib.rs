@@ -21,6 +21,15 @@ use tokio::process::{Child, ChildStdin, ChildStdout, Command};
 
 pub const MODERN: &str = "2026-07-28";
 
+/// An HTTP client for tests (with the TLS provider the workspace builds in).
+pub fn http() -> reqwest::Client {
+    static TLS: std::sync::Once = std::sync::Once::new();
+    TLS.call_once(|| {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    });
+    reqwest::Client::builder().timeout(REPLY_TIMEOUT).build().expect("HTTP client")
+}
+
 /// The path of a file in `examples/`.
 pub fn example(name: &str) -> String {
     format!("{}/../examples/{name}", env!("CARGO_MANIFEST_DIR"))
@@ -272,8 +281,7 @@ pub struct Client {
 
 impl Client {
     pub fn new(url: &str) -> Self {
-        let http = reqwest::Client::builder().timeout(REPLY_TIMEOUT).build().expect("HTTP client");
-        Self { http, url: url.to_owned() }
+        Self { http: http(), url: url.to_owned() }
     }
 
     /// POST raw bytes with the given headers (plus JSON Content-Type and Accept unless given).
@@ -448,8 +456,7 @@ impl EventStream {
 impl Client {
     /// POST and read the reply as an event stream (it must be `text/event-stream`).
     pub async fn stream(&self, body: &Value, headers: &[(&str, &str)]) -> EventStream {
-        let http = reqwest::Client::new();
-        let mut req = http
+        let mut req = http()
             .post(&self.url)
             .header("content-type", "application/json")
             .header("accept", "application/json, text/event-stream")
@@ -462,7 +469,7 @@ impl Client {
 
     /// GET the endpoint as an event stream (a legacy session's standalone stream).
     pub async fn get_stream(&self, headers: &[(&str, &str)]) -> EventStream {
-        let mut req = reqwest::Client::new().get(&self.url).header("accept", "text/event-stream");
+        let mut req = http().get(&self.url).header("accept", "text/event-stream");
         for (k, v) in headers {
             req = req.header(*k, *v);
         }

@@ -6,12 +6,14 @@ use std::sync::Arc;
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
-use minijinja::Environment;
 use serde_json::{Map, Value, json};
 use serde_saphyr::Spanned;
 
 use super::Issue;
 use super::model::{File, IconDef, MessageDef, PromptDef, ResourceDef, Role, TemplateDef, ToolDef};
+use crate::backends::sql::Databases;
+use crate::backends::templates::Templates;
+use crate::backends::{self, ToolContext};
 use crate::builtin;
 use crate::catalog::{Catalog, Content, ItemSet, Outcome, Prompt, Resource, ResourceTemplate, Tool, text_result};
 
@@ -74,47 +76,18 @@ fn put(obj: &mut Map<String, Value>, fields: &[(&str, &Option<String>)]) {
     }
 }
 
-/// A new template environment for one item (strict about nothing at render time: optional
-/// arguments that are absent render as empty).
-fn environment() -> Environment<'static> {
-    let mut env = Environment::new();
-    env.set_undefined_behavior(minijinja::UndefinedBehavior::Lenient);
-    env
-}
-
-/// Compile `source` into `env` as template `name`; its variables must all be in `allowed`.
+/// Compile `source` into `templates` as `name`, reporting a mistake at `at`.
 fn template<T>(
-    env: &mut Environment<'static>,
+    templates: &mut Templates,
     issues: &mut Issues,
     at: &Spanned<T>,
-    name: String,
+    name: &str,
     source: &str,
     allowed: &BTreeSet<String>,
 ) {
-    let mut unknown: Vec<String> = match env.template_from_str(source) {
-        Err(e) => {
-            issues.at(at, format!("template: {e}"));
-            return;
-        }
-        Ok(t) => t.undeclared_variables(false).into_iter().filter(|v| !allowed.contains(v)).collect(),
-    };
-    unknown.sort();
-    if !unknown.is_empty() {
-        issues.at(at, format!("template uses {} not declared here (known: {})", unknown.join(", "), known(allowed)));
+    if let Err(e) = templates.add(name, source, allowed) {
+        issues.at(at, e);
     }
-    if let Err(e) = env.add_template_owned(name, source.to_owned()) {
-        issues.at(at, format!("template: {e}"));
-    }
-}
-
-fn known(allowed: &BTreeSet<String>) -> String {
-    if allowed.is_empty() { "none".into() } else { allowed.iter().cloned().collect::<Vec<_>>().join(", ") }
-}
-
-fn render(env: &Environment<'static>, name: &str, vars: &Value) -> Result<String, String> {
-    env.get_template(name)
-        .and_then(|t| t.render(minijinja::Value::from(minijinja::value::Serde(vars))))
-        .map_err(|e| format!("rendering failed: {e}"))
 }
 
 /// A path relative to the definitions file, which must exist as a file (or directory).
@@ -184,9 +157,13 @@ pub fn catalog(file: File, base: &Path) -> Result<Catalog, Vec<Issue>> {
         }
     }
 
+    let (databases, problems) = Databases::build(&file.databases);
+    for (line, column, message) in problems {
+        issues.0.push(Issue { line, column, message });
+    }
     let mut own = ItemSet::default();
     for def in &file.tools {
-        if let Some(tool) = tool(def, &mut issues) {
+        if let Some(tool) = tool(def, &file, &databases, &mut issues) {
             own.tools.push(tool);
         }
     }
@@ -294,7 +271,7 @@ fn check_schema(issues: &mut Issues, at: &Spanned<ToolDef>, what: &str, schema: 
     }
 }
 
-fn tool(def: &Spanned<ToolDef>, issues: &mut Issues) -> Option<Tool> {
+fn tool(def: &Spanned<ToolDef>, file: &File, databases: &Databases, issues: &mut Issues) -> Option<Tool> {
     let t = &def.value;
     let before = issues.0.len();
     if !valid_name(&t.name) {
@@ -312,11 +289,46 @@ fn tool(def: &Spanned<ToolDef>, issues: &mut Issues) -> Option<Tool> {
         .and_then(Value::as_object)
         .map(|p| p.keys().cloned().collect())
         .unwrap_or_default();
-    let mut env = environment();
-    match &t.text {
-        Some(source) => template(&mut env, issues, def, "text".into(), source, &properties),
-        None => issues.at(def, format!("tool `{}` needs a backend: `text`", t.name)),
-    }
+    let cx = ToolContext {
+        name: &t.name,
+        properties: &properties,
+        output_schema: t.output_schema.as_ref(),
+        allow_private: file.allow_private_networks,
+        databases,
+    };
+    let handler = match (&t.text, &t.http, &t.sql) {
+        (Some(source), None, None) => {
+            let mut templates = Templates::default();
+            match templates.add("text", source, &properties) {
+                Err(e) => Err(vec![e]),
+                Ok(()) => {
+                    let templates = Arc::new(templates);
+                    let handler: crate::catalog::ToolHandler = Arc::new(move |args, _| {
+                        let rendered = templates.render("text", &args);
+                        Box::pin(async move {
+                            match rendered {
+                                Ok(text) => Ok(Outcome::Complete(text_result(text, false))),
+                                Err(e) => Err(crate::catalog::ToolError::Internal(e)),
+                            }
+                        })
+                    });
+                    Ok(handler)
+                }
+            }
+        }
+        (None, Some(http), None) => backends::http::tool(http, &cx),
+        (None, None, Some(sql)) => backends::sql::tool(sql, &cx),
+        _ => Err(vec!["needs exactly one backend: `text`, `http` or `sql`".to_owned()]),
+    };
+    let handler = match handler {
+        Ok(h) => Some(h),
+        Err(problems) => {
+            for p in problems {
+                issues.at(def, format!("tool `{}`: {p}", t.name));
+            }
+            None
+        }
+    };
     if issues.0.len() > before {
         return None;
     }
@@ -345,23 +357,7 @@ fn tool(def: &Spanned<ToolDef>, issues: &mut Issues) -> Option<Tool> {
     if let Some(i) = icons(&t.icons) {
         obj.insert("icons".into(), i);
     }
-    Some(Tool {
-        name: t.name.clone(),
-        def: Value::Object(obj),
-        scopes: t.scopes.clone(),
-        handler: {
-            let env = Arc::new(env);
-            Arc::new(move |args, _| {
-                let rendered = render(&env, "text", &args);
-                Box::pin(async move {
-                    match rendered {
-                        Ok(text) => Ok(Outcome::Complete(text_result(text, false))),
-                        Err(e) => Err(crate::catalog::ToolError::Internal(e)),
-                    }
-                })
-            })
-        },
-    })
+    Some(Tool { name: t.name.clone(), def: Value::Object(obj), scopes: t.scopes.clone(), handler: handler? })
 }
 
 fn resource(def: &Spanned<ResourceDef>, base: &Path, issues: &mut Issues) -> Option<Resource> {
@@ -434,12 +430,12 @@ fn resource_template(def: &Spanned<TemplateDef>, base: &Path, issues: &mut Issue
     let reader: crate::catalog::TemplateReader = match (&t.text, &t.directory) {
         (Some(source), None) => {
             let allowed: BTreeSet<String> = vars.iter().cloned().collect();
-            let mut env = environment();
-            template(&mut env, issues, def, "text".into(), source, &allowed);
+            let mut env = Templates::default();
+            template(&mut env, issues, def, "text", source, &allowed);
             let mime = t.mime_type.clone().unwrap_or_else(|| "text/plain".into());
             let env = Arc::new(env);
             Arc::new(move |uri, found, _| {
-                let text = render(&env, "text", &json!(found))?;
+                let text = env.render("text", &json!(found))?;
                 Ok(Outcome::Complete(json!([{ "uri": uri, "mimeType": mime, "text": text }])))
             })
         }
@@ -510,7 +506,7 @@ fn prompt(
     if p.messages.is_empty() {
         issues.at(def, format!("prompt `{}` needs at least one message", p.name));
     }
-    let mut env = environment();
+    let mut env = Templates::default();
     let parts: Vec<(Role, PromptPart)> = p
         .messages
         .iter()
@@ -555,7 +551,7 @@ fn prompt(
             let mut messages = Vec::new();
             for (role, part) in &parts {
                 let content = match part {
-                    PromptPart::Text(name) => json!({ "type": "text", "text": render(&env, name, &vars)? }),
+                    PromptPart::Text(name) => json!({ "type": "text", "text": env.render(name, &vars)? }),
                     PromptPart::Image { data, mime } => json!({ "type": "image", "data": data, "mimeType": mime }),
                     PromptPart::Resource(uri) => {
                         let r = resources.get(uri).ok_or_else(|| format!("resource `{uri}` is gone"))?;
@@ -591,7 +587,7 @@ fn message(
     m: &MessageDef,
     base: &Path,
     uris: &HashSet<&str>,
-    env: &mut Environment<'static>,
+    env: &mut Templates,
     args: &BTreeSet<String>,
     issues: &mut Issues,
 ) -> Option<PromptPart> {
@@ -599,7 +595,7 @@ fn message(
     match (&m.text, &m.image, &m.resource) {
         (Some(source), None, None) => {
             let template_name = index.to_string();
-            template(env, issues, def, template_name.clone(), source, args);
+            template(env, issues, def, &template_name, source, args);
             Some(PromptPart::Text(template_name))
         }
         (None, Some(path), None) => match existing(base, path, false) {

@@ -25,6 +25,63 @@ pub struct File {
     pub resource_templates: Vec<Spanned<TemplateDef>>,
     #[serde(default)]
     pub prompts: Vec<Spanned<PromptDef>>,
+    /// Named databases for `sql` tools: `sqlite://…` or `postgres://…`; `${VAR}` is replaced by
+    /// the environment variable (for credentials).
+    #[serde(default)]
+    pub databases: BTreeMap<String, Spanned<DatabaseDef>>,
+    /// Let `http` tools reach private, loopback and link-local addresses (off: SSRF guard).
+    #[serde(default)]
+    pub allow_private_networks: bool,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DatabaseDef {
+    pub url: String,
+    #[serde(default)]
+    pub max_connections: Option<u32>,
+}
+
+/// Backend `http`: call an upstream API. Every string is a template over the arguments;
+/// `${VAR}` in `url` and `headers` is replaced by the environment variable (secrets).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HttpDef {
+    #[serde(default = "default_method")]
+    pub method: String,
+    pub url: String,
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
+    #[serde(default)]
+    pub query: BTreeMap<String, String>,
+    /// The request body (sent as JSON when it renders to JSON, else as text).
+    #[serde(default)]
+    pub body: Option<String>,
+    #[serde(default)]
+    pub timeout_ms: Option<u64>,
+    /// Largest response accepted, in bytes (default 1 MiB).
+    #[serde(default)]
+    pub max_response_bytes: Option<usize>,
+}
+
+fn default_method() -> String {
+    "GET".into()
+}
+
+/// Backend `sql`: a named query against a named database, parameters bound by name.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SqlDef {
+    pub database: String,
+    /// `:name` placeholders are bound from the arguments, never interpolated.
+    pub query: String,
+    /// Run outside a read-only transaction.
+    #[serde(default)]
+    pub writes: bool,
+    #[serde(default)]
+    pub max_rows: Option<usize>,
+    #[serde(default)]
+    pub timeout_ms: Option<u64>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -97,6 +154,10 @@ pub struct ToolDef {
     /// Backend `text`: a template rendered from the arguments.
     #[serde(default)]
     pub text: Option<String>,
+    #[serde(default)]
+    pub http: Option<HttpDef>,
+    #[serde(default)]
+    pub sql: Option<SqlDef>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -129,7 +129,7 @@ const MISTAKES: &[(&str, u64, &[&str])] = &[
     ("tools:\n  - name: a\n    text: x\n  - name: a\n    text: y\n", 4, &["duplicate tool `a`"]),
     ("tools:\n  - name: echo\n    text: x\nbuiltins: [demo]\n", 2, &["duplicate tool `echo`"]),
     ("tools:\n  - name: 'has space'\n    text: x\n", 2, &["tool name `has space`"]),
-    ("tools:\n  - name: a\n", 2, &["needs a backend"]),
+    ("tools:\n  - name: a\n", 2, &["needs exactly one backend"]),
     ("tools:\n  - name: a\n    text: '{{ name'\n", 2, &["template"]),
     (
         "tools:\n  - name: a\n    text: 'Hi {{ nmae }}'\n    input_schema: { type: object, properties: { name: { type: string } } }\n",

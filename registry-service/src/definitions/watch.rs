@@ -47,10 +47,10 @@ pub fn spawn(path: PathBuf, handle: CatalogHandle, shutdown: CancellationToken) 
     let mut watched = BTreeSet::new();
     let mut watch_dir = move |watcher: &mut notify::RecommendedWatcher, file: &Path| {
         let dir = file.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new(".")).to_path_buf();
-        if watched.insert(dir.clone()) {
-            if let Err(e) = watcher.watch(&dir, RecursiveMode::NonRecursive) {
-                tracing::warn!(dir = %dir.display(), error = %e, "cannot watch");
-            }
+        if watched.insert(dir.clone())
+            && let Err(e) = watcher.watch(&dir, RecursiveMode::NonRecursive)
+        {
+            tracing::warn!(dir = %dir.display(), error = %e, "cannot watch");
         }
     };
     watch_dir(&mut watcher, &path);

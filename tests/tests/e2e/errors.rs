@@ -176,7 +176,7 @@ async fn http_edge_refusals() {
     .await;
     assert!(head.starts_with("HTTP/1.1 413"), "{head}");
     // Without a legacy session there is no GET stream (405) and nothing to DELETE (400).
-    let http = reqwest::Client::new();
+    let http = e2e::http();
     let r = http.get(&c.url).header("accept", "text/event-stream").send().await.expect("GET");
     assert_eq!(r.status(), 405);
     let r = http.delete(&c.url).send().await.expect("DELETE");

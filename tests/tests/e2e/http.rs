@@ -221,7 +221,7 @@ async fn legacy_negotiation_follows_the_seed_rule() {
 #[tokio::test]
 async fn health_and_oauth_metadata_through_the_gateway() {
     let stack = Stack::microservices().await;
-    let http = reqwest::Client::new();
+    let http = e2e::http();
     for path in ["/healthz", "/readyz"] {
         let r = http.get(format!("{}{path}", stack.base)).send().await.expect("GET");
         assert_eq!(r.status(), 200, "{path}");

@@ -4,6 +4,7 @@
 mod definitions;
 mod errors;
 mod http;
+mod http_backend;
 mod process;
 mod sessions;
 mod stdio;

@@ -81,7 +81,7 @@ async fn bad_configuration_is_refused_with_exit_64() {
 #[tokio::test]
 async fn gateway_reports_unready_when_mcp_service_is_gone() {
     let stack = Stack::microservices().await;
-    let http = reqwest::Client::new();
+    let http = e2e::http();
     let ready = |url: String| {
         let http = http.clone();
         async move { http.get(url).send().await.expect("GET").status().as_u16() }

@@ -62,7 +62,7 @@ async fn session_lifecycle_and_get_stream() {
     assert!(r.events.iter().all(|e| e["method"] != "notifications/message"), "no info logs above error: {}", r.text);
 
     // DELETE ends it; the id is then unknown (404), and a bad id is too.
-    let http = reqwest::Client::new();
+    let http = e2e::http();
     let r = http.delete(&c.url).header("mcp-session-id", &sid).send().await.expect("DELETE");
     assert_eq!(r.status(), 204);
     let r = c.post(&json!({"jsonrpc":"2.0","id":30,"method":"ping"}), &h).await;

@@ -1,0 +1,290 @@
+//! Backend `http`: a tool that calls an upstream HTTP API.
+//!
+//! Method, URL, query, headers and body are templates over the arguments (query values are
+//! URL-encoded by construction); `${VAR}` brings secrets from the environment. Every call has a
+//! timeout and a response size limit. The SSRF guard refuses private, loopback, link-local and
+//! other non-public addresses — for literal IPs, for every address a name resolves to (checked
+//! when connecting, so redirects and DNS answers are covered), and for redirect targets — unless
+//! the file sets `allow_private_networks`.
+
+use std::net::{IpAddr, SocketAddr};
+use std::sync::{Arc, Once};
+use std::time::Duration;
+
+use futures_util::StreamExt as _;
+use reqwest::dns::{Addrs, Name, Resolve, Resolving};
+use serde_json::{Value, json};
+
+use super::templates::{Templates, expand_env};
+use super::{ToolContext, json_result};
+use crate::catalog::{Outcome, ToolError, ToolHandler, text_result};
+use crate::definitions::model::HttpDef;
+
+const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
+const DEFAULT_MAX_RESPONSE: usize = 1024 * 1024;
+const METHODS: [&str; 6] = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD"];
+
+/// Whether an address is one the public internet can reach: not loopback, private, link-local,
+/// shared (CGNAT), unspecified, broadcast, multicast, documentation or unique-local.
+pub fn is_public(ip: IpAddr) -> bool {
+    match ip {
+        IpAddr::V4(v4) => {
+            let [a, b, ..] = v4.octets();
+            !(v4.is_loopback()
+                || v4.is_private()
+                || v4.is_link_local()
+                || v4.is_unspecified()
+                || v4.is_broadcast()
+                || v4.is_multicast()
+                || v4.is_documentation()
+                || a == 0
+                || (a == 100 && (64..128).contains(&b))
+                || (a == 198 && (b == 18 || b == 19)))
+        }
+        IpAddr::V6(v6) => {
+            if let Some(v4) = v6.to_ipv4_mapped() {
+                return is_public(IpAddr::V4(v4));
+            }
+            let first = v6.segments()[0];
+            !(v6.is_loopback()
+                || v6.is_unspecified()
+                || v6.is_multicast()
+                || (first & 0xfe00) == 0xfc00
+                || (first & 0xffc0) == 0xfe80)
+        }
+    }
+}
+
+/// Resolves names like the system does, then drops every non-public address.
+struct PublicOnly;
+
+impl Resolve for PublicOnly {
+    fn resolve(&self, name: Name) -> Resolving {
+        Box::pin(async move {
+            let host = name.as_str().to_owned();
+            let addrs: Vec<SocketAddr> = tokio::net::lookup_host((host.as_str(), 0)).await?.collect();
+            let public: Vec<SocketAddr> = addrs.into_iter().filter(|a| is_public(a.ip())).collect();
+            if public.is_empty() {
+                return Err(format!("`{host}` resolves only to private or local addresses").into());
+            }
+            Ok(Box::new(public.into_iter()) as Addrs)
+        })
+    }
+}
+
+/// The refusal for a URL's literal IP host, if it has one that is not public.
+fn literal_refused(url: &reqwest::Url) -> Option<String> {
+    match url.host() {
+        Some(url::Host::Ipv4(ip)) if !is_public(IpAddr::V4(ip)) => Some(format!("address {ip} is not public")),
+        Some(url::Host::Ipv6(ip)) if !is_public(IpAddr::V6(ip)) => Some(format!("address {ip} is not public")),
+        _ => None,
+    }
+}
+
+fn client(allow_private: bool, timeout: Duration) -> Result<reqwest::Client, String> {
+    static TLS: Once = Once::new();
+    TLS.call_once(|| {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    });
+    let mut builder = reqwest::Client::builder().timeout(timeout).connect_timeout(timeout.min(Duration::from_secs(5)));
+    if allow_private {
+        builder = builder.redirect(reqwest::redirect::Policy::limited(5));
+    } else {
+        builder = builder.dns_resolver(Arc::new(PublicOnly)).redirect(reqwest::redirect::Policy::custom(|attempt| {
+            if attempt.previous().len() >= 5 {
+                attempt.error("too many redirects")
+            } else if let Some(refused) = literal_refused(attempt.url()) {
+                attempt.error(format!("redirect refused: {refused}"))
+            } else {
+                attempt.follow()
+            }
+        }));
+    }
+    builder.build().map_err(|e| format!("cannot build an HTTP client: {e}"))
+}
+
+/// The compiled parts of one `http` tool.
+struct Upstream {
+    method: reqwest::Method,
+    templates: Templates,
+    headers: Vec<String>,
+    query: Vec<String>,
+    has_body: bool,
+    max_response: usize,
+    allow_private: bool,
+    client: reqwest::Client,
+    output_schema: Option<Value>,
+}
+
+/// Check an `http` section and build its handler.
+pub fn tool(def: &HttpDef, cx: &ToolContext<'_>) -> Result<ToolHandler, Vec<String>> {
+    let mut problems = Vec::new();
+    let method = def.method.to_ascii_uppercase();
+    if !METHODS.contains(&method.as_str()) {
+        problems.push(format!("http.method `{}` must be one of {}", def.method, METHODS.join(", ")));
+    }
+    let mut templates = Templates::default();
+    let mut add = |name: &str, source: &str, what: &str, problems: &mut Vec<String>| match expand_env(source) {
+        Err(e) => problems.push(format!("{what}: {e}")),
+        Ok(source) => {
+            if let Err(e) = templates.add(name, &source, cx.properties) {
+                problems.push(format!("{what}: {e}"));
+            }
+        }
+    };
+    add("url", &def.url, "http.url", &mut problems);
+    for (k, v) in &def.headers {
+        if reqwest::header::HeaderName::from_bytes(k.as_bytes()).is_err() {
+            problems.push(format!("http.headers: `{k}` is not a header name"));
+        }
+        add(&format!("header:{k}"), v, &format!("http.headers.{k}"), &mut problems);
+    }
+    for (k, v) in &def.query {
+        add(&format!("query:{k}"), v, &format!("http.query.{k}"), &mut problems);
+    }
+    if let Some(body) = &def.body {
+        add("body", body, "http.body", &mut problems);
+    }
+    if def.timeout_ms == Some(0) {
+        problems.push("http.timeout_ms must be greater than 0".into());
+    }
+    let timeout = def.timeout_ms.map_or(DEFAULT_TIMEOUT, Duration::from_millis);
+    let client = client(cx.allow_private, timeout).map_err(|e| vec![e])?;
+    if !problems.is_empty() {
+        return Err(problems);
+    }
+    let upstream = Arc::new(Upstream {
+        method: reqwest::Method::from_bytes(method.as_bytes()).map_err(|e| vec![e.to_string()])?,
+        templates,
+        headers: def.headers.keys().cloned().collect(),
+        query: def.query.keys().cloned().collect(),
+        has_body: def.body.is_some(),
+        max_response: def.max_response_bytes.unwrap_or(DEFAULT_MAX_RESPONSE),
+        allow_private: cx.allow_private,
+        client,
+        output_schema: cx.output_schema.cloned(),
+    });
+    Ok(Arc::new(move |args, _ctx| {
+        let upstream = upstream.clone();
+        Box::pin(async move { upstream.call(&args).await })
+    }))
+}
+
+/// A tool execution error the model sees (`isError: true`).
+fn failed(message: String) -> Result<Outcome, ToolError> {
+    Ok(Outcome::Complete(text_result(message, true)))
+}
+
+impl Upstream {
+    async fn call(&self, args: &Value) -> Result<Outcome, ToolError> {
+        let render = |name: &str| self.templates.render(name, args).map_err(ToolError::Internal);
+        let url = render("url")?;
+        let mut url = match reqwest::Url::parse(url.trim()) {
+            Ok(u) if matches!(u.scheme(), "http" | "https") => u,
+            _ => return failed(format!("The tool's URL `{url}` is not an http(s) URL.")),
+        };
+        if !self.query.is_empty() {
+            let mut pairs = url.query_pairs_mut();
+            for k in &self.query {
+                pairs.append_pair(k, &render(&format!("query:{k}"))?);
+            }
+        }
+        if !self.allow_private
+            && let Some(refused) = literal_refused(&url)
+        {
+            return failed(format!("Refused to call {}: {refused}.", url.host_str().unwrap_or_default()));
+        }
+        let mut request = self.client.request(self.method.clone(), url.clone());
+        for k in &self.headers {
+            request = request.header(k, render(&format!("header:{k}"))?);
+        }
+        if self.has_body {
+            let body = render("body")?;
+            request = match serde_json::from_str::<Value>(&body) {
+                Ok(json) => request.json(&json),
+                Err(_) => request.header("content-type", "text/plain; charset=utf-8").body(body),
+            };
+        }
+        let host = url.host_str().unwrap_or_default().to_owned();
+        let response = match request.send().await {
+            Ok(r) => r,
+            Err(e) if e.is_timeout() => return failed(format!("The upstream {host} did not answer in time.")),
+            Err(e) => {
+                tracing::warn!(%host, error = %error_chain(&e), "upstream call failed");
+                return failed(format!("The upstream {host} could not be reached: {}", error_chain(&e)));
+            }
+        };
+        let status = response.status();
+        let is_json = response
+            .headers()
+            .get(reqwest::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|c| c.contains("json"));
+        let body = match self.read_limited(response).await {
+            Ok(b) => b,
+            Err(message) => return failed(message),
+        };
+        let text = String::from_utf8_lossy(&body).into_owned();
+        if !status.is_success() {
+            let snippet: String = text.chars().take(500).collect();
+            return failed(format!("The upstream {host} answered {status}: {snippet}"));
+        }
+        if is_json && let Ok(value) = serde_json::from_slice::<Value>(&body) {
+            return Ok(Outcome::Complete(json_result(&value, self.output_schema.as_ref())));
+        }
+        Ok(Outcome::Complete(json!({ "content": [{ "type": "text", "text": text }], "isError": false })))
+    }
+
+    /// The response body, refused once it passes the size limit.
+    async fn read_limited(&self, response: reqwest::Response) -> Result<Vec<u8>, String> {
+        let mut body = Vec::new();
+        let mut chunks = response.bytes_stream();
+        while let Some(chunk) = chunks.next().await {
+            let chunk = chunk.map_err(|e| format!("The upstream's answer broke off: {}", error_chain(&e)))?;
+            if body.len() + chunk.len() > self.max_response {
+                return Err(format!("The upstream's answer is larger than {} bytes.", self.max_response));
+            }
+            body.extend_from_slice(&chunk);
+        }
+        Ok(body)
+    }
+}
+
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        out.push_str(": ");
+        out.push_str(&s.to_string());
+        source = s.source();
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn public_and_private_addresses() {
+        for private in [
+            "127.0.0.1",
+            "10.1.2.3",
+            "172.16.0.1",
+            "192.168.1.1",
+            "169.254.169.254",
+            "100.64.0.1",
+            "0.0.0.0",
+            "::1",
+            "fe80::1",
+            "fd00::1",
+            "::ffff:127.0.0.1",
+            "::",
+        ] {
+            assert!(!is_public(private.parse().expect("ip")), "{private}");
+        }
+        for public in ["1.1.1.1", "93.184.216.34", "2606:4700:4700::1111"] {
+            assert!(is_public(public.parse().expect("ip")), "{public}");
+        }
+    }
+}

@@ -1,0 +1,148 @@
+//! Tools backed by an upstream HTTP API: a real upstream on port 0, called by the real server.
+
+use std::time::Duration;
+
+use axum::extract::Query;
+use axum::http::{HeaderMap, StatusCode};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use e2e::{Client, Proc};
+use serde_json::{Value, json};
+
+/// An upstream API on a loopback port.
+async fn upstream() -> std::net::SocketAddr {
+    let app = Router::new()
+        .route(
+            "/forecast",
+            get(|Query(q): Query<std::collections::HashMap<String, String>>, headers: HeaderMap| async move {
+                if headers.get("x-api-key").and_then(|v| v.to_str().ok()) != Some("s3cret") {
+                    return (StatusCode::UNAUTHORIZED, Json(json!({"error": "bad key"})));
+                }
+                (StatusCode::OK, Json(json!({"city": q.get("q"), "units": q.get("units"), "temp": 21})))
+            }),
+        )
+        .route("/fail", get(|| async { (StatusCode::SERVICE_UNAVAILABLE, "down for maintenance") }))
+        .route(
+            "/slow",
+            get(|| async {
+                tokio::time::sleep(Duration::from_secs(5)).await;
+                "late"
+            }),
+        )
+        .route("/big", get(|| async { "x".repeat(100_000) }))
+        .route("/echo", post(|Json(body): Json<Value>| async move { Json(json!({"received": body})) }));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    tokio::spawn(async move { axum::serve(listener, app).await.expect("upstream") });
+    addr
+}
+
+fn definitions(addr: std::net::SocketAddr, allow_private: bool) -> String {
+    format!(
+        r#"
+server: {{ name: http-tools }}
+allow_private_networks: {allow_private}
+tools:
+  - name: forecast
+    input_schema: {{ type: object, properties: {{ city: {{ type: string }}, units: {{ type: string }} }}, required: [city] }}
+    output_schema: {{ type: object }}
+    http:
+      url: "http://{addr}/forecast"
+      query: {{ q: "{{{{ city }}}}", units: "{{{{ units | default('metric') }}}}" }}
+      headers: {{ x-api-key: "${{UPSTREAM_KEY}}" }}
+  - name: failing
+    http: {{ url: "http://{addr}/fail" }}
+  - name: slow
+    http: {{ url: "http://{addr}/slow", timeout_ms: 300 }}
+  - name: big
+    http: {{ url: "http://{addr}/big", max_response_bytes: 1000 }}
+  - name: post
+    input_schema: {{ type: object, properties: {{ note: {{ type: string }} }} }}
+    http: {{ method: POST, url: "http://{addr}/echo", body: '{{"note": {{{{ note | tojson }}}}}}' }}
+  - name: by_name
+    http: {{ url: "http://localhost:{port}/forecast" }}
+"#,
+        port = addr.port()
+    )
+}
+
+async fn start(defs: &str) -> (Proc, Client, tempfile::TempDir) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("defs.yaml");
+    std::fs::write(&path, defs).expect("write");
+    let gw = Proc::start_with_env(
+        "gateway",
+        &["--standalone", "--listen", "127.0.0.1:0", "--definitions", path.to_str().expect("path")],
+        &[("UPSTREAM_KEY", "s3cret")],
+        "gateway",
+    )
+    .await;
+    let c = Client::new(&format!("{}/mcp", gw.url()));
+    (gw, c, dir)
+}
+
+fn text(r: &e2e::Reply) -> String {
+    r.result()["content"][0]["text"].as_str().unwrap_or_default().to_owned()
+}
+
+#[tokio::test]
+async fn http_tools_call_their_upstream() {
+    let addr = upstream().await;
+    let (gw, c, _dir) = start(&definitions(addr, true)).await;
+    let r = c.modern(1, "tools/call", json!({"name":"forecast","arguments":{"city":"Paris & Co"}})).await;
+    assert_eq!(r.result()["isError"], false, "{}", r.text);
+    assert_eq!(r.result()["structuredContent"], json!({"city":"Paris & Co","units":"metric","temp":21}));
+    assert_eq!(serde_json::from_str::<Value>(&text(&r)).expect("a JSON text mirror")["temp"], 21);
+
+    let r = c.modern(2, "tools/call", json!({"name":"failing","arguments":{}})).await;
+    assert_eq!(r.result()["isError"], true);
+    assert!(text(&r).contains("503") && text(&r).contains("down for maintenance"), "{}", text(&r));
+
+    let r = c.modern(3, "tools/call", json!({"name":"slow","arguments":{}})).await;
+    assert_eq!(r.result()["isError"], true);
+    assert!(text(&r).contains("did not answer in time"), "{}", text(&r));
+
+    let r = c.modern(4, "tools/call", json!({"name":"big","arguments":{}})).await;
+    assert!(text(&r).contains("larger than 1000 bytes"), "{}", text(&r));
+
+    let r = c.modern(5, "tools/call", json!({"name":"post","arguments":{"note":"a \"quoted\" note"}})).await;
+    assert_eq!(
+        serde_json::from_str::<Value>(&text(&r)).expect("JSON")["received"],
+        json!({"note":"a \"quoted\" note"})
+    );
+
+    // The secret is never logged.
+    assert!(!gw.log_text().contains("s3cret"));
+}
+
+#[tokio::test]
+async fn the_ssrf_guard_refuses_private_addresses() {
+    let addr = upstream().await;
+    let (_gw, c, _dir) = start(&definitions(addr, false)).await;
+    let r = c.modern(1, "tools/call", json!({"name":"forecast","arguments":{"city":"x"}})).await;
+    assert_eq!(r.result()["isError"], true);
+    assert!(text(&r).contains("127.0.0.1 is not public"), "{}", text(&r));
+    let r = c.modern(2, "tools/call", json!({"name":"by_name","arguments":{}})).await;
+    assert_eq!(r.result()["isError"], true);
+    assert!(text(&r).contains("private or local"), "{}", text(&r));
+}
+
+#[tokio::test]
+async fn http_definitions_are_checked_at_start() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("defs.yaml");
+    std::fs::write(
+        &path,
+        "tools:\n  - name: t\n    http: { url: 'https://api.example/{{ citty }}', method: FETCH, headers: { 'x-key': '${NOT_SET_ANYWHERE}' } }\n",
+    )
+    .expect("write");
+    let out = std::process::Command::new(e2e::bin("registry-service"))
+        .args(["--validate-only", "--definitions", path.to_str().expect("path")])
+        .output()
+        .expect("run");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    for expected in ["defs.yaml:2:5", "citty", "FETCH", "NOT_SET_ANYWHERE"] {
+        assert!(err.contains(expected), "{expected}: {err}");
+    }
+}
