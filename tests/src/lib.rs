@@ -487,3 +487,78 @@ impl From<reqwest::Response> for EventStream {
         }
     }
 }
+
+/// A throwaway PostgreSQL cluster on a loopback port, stopped when dropped. Runs the server as
+/// the `postgres` user when the tests run as root (PostgreSQL refuses root).
+pub struct Postgres {
+    pub url: String,
+    bin: PathBuf,
+    data: PathBuf,
+    as_root: bool,
+    _dir: tempfile::TempDir,
+}
+
+fn postgres_bin() -> PathBuf {
+    if let Ok(dir) = std::env::var("PG_BIN") {
+        return PathBuf::from(dir);
+    }
+    let mut versions: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
+        .map(|d| d.filter_map(Result::ok).map(|e| e.path().join("bin")).filter(|p| p.join("initdb").exists()).collect())
+        .unwrap_or_default();
+    versions.sort();
+    versions.pop().expect("PostgreSQL server binaries (initdb, pg_ctl): install package `postgresql` or set PG_BIN")
+}
+
+fn run_pg(bin: &std::path::Path, as_root: bool, tool: &str, args: &[&str]) -> std::process::Output {
+    let program = bin.join(tool);
+    let mut cmd = if as_root {
+        let mut c = std::process::Command::new("runuser");
+        c.args(["-u", "postgres", "--"]).arg(&program);
+        c
+    } else {
+        std::process::Command::new(&program)
+    };
+    cmd.args(args).output().unwrap_or_else(|e| panic!("{tool}: {e}"))
+}
+
+impl Postgres {
+    pub fn start() -> Postgres {
+        use std::os::unix::fs::PermissionsExt as _;
+        let bin = postgres_bin();
+        let as_root = std::process::Command::new("id").arg("-u").output().is_ok_and(|o| o.stdout.starts_with(b"0\n"));
+        let dir = tempfile::tempdir().expect("tempdir");
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).expect("chmod");
+        let data = dir.path().join("data");
+        let data_s = data.to_str().expect("utf-8 path").to_owned();
+        let out = run_pg(
+            &bin,
+            as_root,
+            "initdb",
+            &["-D", &data_s, "-U", "postgres", "-A", "trust", "-E", "UTF8", "--no-sync"],
+        );
+        assert!(out.status.success(), "initdb: {}", String::from_utf8_lossy(&out.stderr));
+        let port = std::net::TcpListener::bind("127.0.0.1:0").expect("port").local_addr().expect("addr").port();
+        let options = format!("-h 127.0.0.1 -p {port} -k {} -F", dir.path().display());
+        let log = dir.path().join("pg.log");
+        let out = run_pg(
+            &bin,
+            as_root,
+            "pg_ctl",
+            &["start", "-w", "-t", "60", "-D", &data_s, "-l", log.to_str().expect("path"), "-o", &options],
+        );
+        assert!(
+            out.status.success(),
+            "pg_ctl start: {}{}",
+            String::from_utf8_lossy(&out.stderr),
+            std::fs::read_to_string(&log).unwrap_or_default()
+        );
+        Postgres { url: format!("postgres://postgres@127.0.0.1:{port}/postgres"), bin, data, as_root, _dir: dir }
+    }
+}
+
+impl Drop for Postgres {
+    fn drop(&mut self) {
+        let data = self.data.to_str().unwrap_or_default().to_owned();
+        let _ = run_pg(&self.bin, self.as_root, "pg_ctl", &["stop", "-m", "immediate", "-D", &data]);
+    }
+}

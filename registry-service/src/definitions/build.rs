@@ -157,7 +157,7 @@ pub fn catalog(file: File, base: &Path) -> Result<Catalog, Vec<Issue>> {
         }
     }
 
-    let (databases, problems) = Databases::build(&file.databases);
+    let (databases, problems) = Databases::build(&file.databases, base);
     for (line, column, message) in problems {
         issues.0.push(Issue { line, column, message });
     }

@@ -7,4 +7,5 @@ mod http;
 mod http_backend;
 mod process;
 mod sessions;
+mod sql_backend;
 mod stdio;
