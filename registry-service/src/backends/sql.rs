@@ -312,9 +312,7 @@ fn sqlite_row(row: &SqliteRow) -> Value {
             Ok(raw) if raw.is_null() => Value::Null,
             Ok(raw) => match raw.type_info().name() {
                 "INTEGER" | "BOOLEAN" => row.try_get::<i64, _>(i).map(Value::from).unwrap_or(Value::Null),
-                "REAL" | "NUMERIC" => {
-                    row.try_get::<f64, _>(i).map(|f| mcp_proto::jsonrpc::number(f)).unwrap_or(Value::Null)
-                }
+                "REAL" | "NUMERIC" => row.try_get::<f64, _>(i).map(mcp_proto::jsonrpc::number).unwrap_or(Value::Null),
                 "BLOB" => {
                     row.try_get::<Vec<u8>, _>(i).map(|b| json!(format!("<{} bytes>", b.len()))).unwrap_or(Value::Null)
                 }
