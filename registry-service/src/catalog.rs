@@ -98,9 +98,10 @@ pub struct Resource {
     pub content: Content,
 }
 
-/// Reads a resource that matched a template, from the template's variables.
+/// Reads a resource that matched a template (its URI and variables); `Complete` holds the
+/// `contents` array, empty when there is no such resource.
 pub type TemplateReader =
-    Arc<dyn Fn(&str, &HashMap<String, String>, &Exchange) -> Result<Outcome, String> + Send + Sync>;
+    Arc<dyn Fn(String, HashMap<String, String>, Exchange) -> BoxFuture<'static, Result<Outcome, String>> + Send + Sync>;
 
 #[derive(Clone)]
 pub struct ResourceTemplate {

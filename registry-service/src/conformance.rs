@@ -640,7 +640,8 @@ fn templates() -> Vec<ResourceTemplate> {
         reader: Arc::new(|uri, vars, _| {
             let id = vars.get("id").cloned().unwrap_or_default();
             let body = json!({ "id": id, "templateTest": true, "data": format!("Data for ID: {id}") });
-            Ok(Outcome::Complete(json!([{ "uri": uri, "mimeType": "application/json", "text": body.to_string() }])))
+            let contents = json!([{ "uri": uri, "mimeType": "application/json", "text": body.to_string() }]);
+            Box::pin(std::future::ready(Ok(Outcome::Complete(contents))))
         }),
         completions: HashMap::new(),
     }]

@@ -184,7 +184,8 @@ impl Registry for RegistryService {
             .filter(|(t, _)| permits(req.caller.as_ref(), &t.scopes))
             .ok_or_else(|| not_found("resource", &req.uri))?;
         let exchange = exchange(&req.input_responses_json, &req.state_json, &req.client_capabilities_json)?;
-        match (template.reader)(&req.uri, &vars, &exchange).map_err(Status::invalid_argument)? {
+        let reader = template.reader.clone();
+        match reader(req.uri.clone(), vars, exchange).await.map_err(Status::invalid_argument)? {
             Outcome::Complete(contents) => {
                 Ok(Response::new(pb::ReadResourceResult { contents_json: json_bytes(&contents), input_required: None }))
             }

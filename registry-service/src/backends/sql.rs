@@ -27,10 +27,36 @@ const DEFAULT_MAX_ROWS: usize = 1000;
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// One named database: separate pools for reading and writing on SQLite, so that a read-only
-/// tool cannot write even by mistake.
-enum Database {
+/// tool cannot write even by mistake; and the `init` statements, run once before first use.
+struct Database {
+    pools: Pools,
+    init: Vec<String>,
+    initialized: tokio::sync::OnceCell<Result<(), String>>,
+}
+
+enum Pools {
     Sqlite { read: SqlitePool, write: SqlitePool },
     Postgres(PgPool),
+}
+
+impl Database {
+    /// Run the `init` statements once; every later caller sees their outcome.
+    async fn ready(&self) -> Result<(), String> {
+        self.initialized
+            .get_or_init(|| async {
+                for statement in &self.init {
+                    let sql = || sqlx::AssertSqlSafe(statement.clone());
+                    let done = match &self.pools {
+                        Pools::Sqlite { write, .. } => sqlx::query(sql()).execute(write).await.map(|_| ()),
+                        Pools::Postgres(pool) => sqlx::query(sql()).execute(pool).await.map(|_| ()),
+                    };
+                    done.map_err(|e| format!("database init `{statement}` failed: {e}"))?;
+                }
+                Ok(())
+            })
+            .await
+            .clone()
+    }
 }
 
 /// The databases a definitions file names.
@@ -65,7 +91,15 @@ impl Databases {
     }
 }
 
+impl Database {
+    fn new(pools: Pools, def: &DatabaseDef) -> Self {
+        Self { pools, init: def.init.clone(), initialized: tokio::sync::OnceCell::new() }
+    }
+}
+
 fn open(def: &DatabaseDef, base: &Path) -> Result<Database, String> {
+    // Pools belong to the async runtime that will use them.
+    tokio::runtime::Handle::try_current().map_err(|_| "databases can only be opened inside the server".to_owned())?;
     let url = expand_env(&def.url)?;
     let max = def.max_connections.unwrap_or(5).max(1);
     if url.starts_with("sqlite:") {
@@ -77,10 +111,10 @@ fn open(def: &DatabaseDef, base: &Path) -> Result<Database, String> {
         }
         let read = SqlitePoolOptions::new().max_connections(max).connect_lazy_with(options.clone().read_only(true));
         let write = SqlitePoolOptions::new().max_connections(1).connect_lazy_with(options);
-        Ok(Database::Sqlite { read, write })
+        Ok(Database::new(Pools::Sqlite { read, write }, def))
     } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
         let options = PgConnectOptions::from_str(&url).map_err(|e| format!("invalid PostgreSQL URL: {e}"))?;
-        Ok(Database::Postgres(PgPoolOptions::new().max_connections(max).connect_lazy_with(options)))
+        Ok(Database::new(Pools::Postgres(PgPoolOptions::new().max_connections(max).connect_lazy_with(options)), def))
     } else {
         Err("url must start with sqlite: or postgres://".into())
     }
@@ -163,36 +197,69 @@ pub fn prepare(query: &str, postgres: bool) -> Prepared {
     Prepared { sql, params }
 }
 
-/// Check an `sql` section and build its handler.
-pub fn tool(def: &SqlDef, cx: &ToolContext<'_>) -> Result<ToolHandler, Vec<String>> {
-    let Some(db) = cx.databases.by_name.get(&def.database).cloned() else {
-        let known = cx.databases.names();
+/// Check an `sql` section against the names it may bind.
+fn query(
+    def: &SqlDef,
+    databases: &Databases,
+    allowed: &std::collections::BTreeSet<String>,
+) -> Result<Query, Vec<String>> {
+    let Some(db) = databases.by_name.get(&def.database).cloned() else {
+        let known = databases.names();
         let known = if known.is_empty() { "none".to_owned() } else { known.join(", ") };
         return Err(vec![format!(
             "sql.database `{}` is not declared under `databases` (declared: {known})",
             def.database
         )]);
     };
-    let postgres = matches!(*db, Database::Postgres(_));
-    let prepared = prepare(&def.query, postgres);
-    let unknown: Vec<&String> = prepared.params.iter().filter(|p| !cx.properties.contains(*p)).collect();
-    if !unknown.is_empty() {
-        let unknown: Vec<&str> = unknown.iter().map(|s| s.as_str()).collect();
-        return Err(vec![format!("sql.query binds :{} not declared in input_schema", unknown.join(", :"))]);
-    }
     if def.query.trim().is_empty() {
         return Err(vec!["sql.query is empty".into()]);
     }
-    let query = Arc::new(Query {
+    let prepared = prepare(&def.query, matches!(db.pools, Pools::Postgres(_)));
+    let unknown: Vec<&str> = prepared.params.iter().filter(|p| !allowed.contains(*p)).map(String::as_str).collect();
+    if !unknown.is_empty() {
+        return Err(vec![format!("sql.query binds :{} which is not declared here", unknown.join(", :"))]);
+    }
+    Ok(Query {
         db,
         prepared,
         writes: def.writes,
         max_rows: def.max_rows.unwrap_or(DEFAULT_MAX_ROWS).max(1),
         timeout: def.timeout_ms.map_or(DEFAULT_TIMEOUT, Duration::from_millis),
-    });
+    })
+}
+
+/// Check an `sql` tool and build its handler.
+pub fn tool(def: &SqlDef, cx: &ToolContext<'_>) -> Result<ToolHandler, Vec<String>> {
+    let query = Arc::new(query(def, cx.databases, cx.properties)?);
     Ok(Arc::new(move |args, _| {
         let query = query.clone();
         Box::pin(async move { query.run(&args).await })
+    }))
+}
+
+/// Check an `sql` resource template and build its reader: the URI's variables are bound by
+/// name; one row is served as a JSON object, several as an array, none as "not found".
+pub fn resource_reader(
+    def: &SqlDef,
+    databases: &Databases,
+    variables: &std::collections::BTreeSet<String>,
+) -> Result<crate::catalog::TemplateReader, Vec<String>> {
+    let query = Arc::new(query(def, databases, variables)?);
+    Ok(Arc::new(move |uri, vars, _| {
+        let query = query.clone();
+        Box::pin(async move {
+            let args = serde_json::to_value(&vars).unwrap_or(Value::Null);
+            let (rows, _) = tokio::time::timeout(query.timeout, query.execute(&args))
+                .await
+                .map_err(|_| "the query did not finish in time".to_owned())?
+                .map_err(|e| format!("the query failed: {e}"))?;
+            let body = match rows.len() {
+                0 => return Ok(Outcome::Complete(json!([]))),
+                1 => rows.into_iter().next().unwrap_or(Value::Null),
+                _ => Value::Array(rows),
+            };
+            Ok(Outcome::Complete(json!([{ "uri": uri, "mimeType": "application/json", "text": body.to_string() }])))
+        })
     }))
 }
 
@@ -248,9 +315,10 @@ impl Query {
 
     /// The rows (at most `max_rows`) and whether there were more.
     async fn execute(&self, args: &Value) -> Result<(Vec<Value>, bool), sqlx::Error> {
+        self.db.ready().await.map_err(sqlx::Error::Protocol)?;
         let limit = self.max_rows;
-        match &*self.db {
-            Database::Sqlite { read, write } => {
+        match &self.db.pools {
+            Pools::Sqlite { read, write } => {
                 let pool = if self.writes { write } else { read };
                 // The text is the operator's, from the definitions file; arguments are only ever bound.
                 let mut q = sqlx::query(sqlx::AssertSqlSafe(self.prepared.sql.clone()));
@@ -267,7 +335,7 @@ impl Query {
                 }
                 Ok((rows, false))
             }
-            Database::Postgres(pool) => {
+            Pools::Postgres(pool) => {
                 let mut tx = pool.begin().await?;
                 if !self.writes {
                     sqlx::query("SET TRANSACTION READ ONLY").execute(&mut *tx).await?;

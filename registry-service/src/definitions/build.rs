@@ -174,7 +174,7 @@ pub fn catalog(file: File, base: &Path) -> Result<Catalog, Vec<Issue>> {
         }
     }
     for def in &file.resource_templates {
-        if let Some(t) = resource_template(def, base, &mut issues) {
+        if let Some(t) = resource_template(def, base, &databases, &mut issues) {
             own.templates.push(t);
         }
     }
@@ -412,7 +412,12 @@ fn template_vars(uri_template: &str) -> Vec<String> {
         .collect()
 }
 
-fn resource_template(def: &Spanned<TemplateDef>, base: &Path, issues: &mut Issues) -> Option<ResourceTemplate> {
+fn resource_template(
+    def: &Spanned<TemplateDef>,
+    base: &Path,
+    databases: &Databases,
+    issues: &mut Issues,
+) -> Option<ResourceTemplate> {
     let t = &def.value;
     let before = issues.0.len();
     check_icons(issues, def, &t.icons);
@@ -427,19 +432,21 @@ fn resource_template(def: &Spanned<TemplateDef>, base: &Path, issues: &mut Issue
             issues.at(def, format!("completions for `{key}`, which is not a variable of `{}`", t.uri_template));
         }
     }
-    let reader: crate::catalog::TemplateReader = match (&t.text, &t.directory) {
-        (Some(source), None) => {
+    let reader: crate::catalog::TemplateReader = match (&t.text, &t.directory, &t.sql) {
+        (Some(source), None, None) => {
             let allowed: BTreeSet<String> = vars.iter().cloned().collect();
             let mut env = Templates::default();
             template(&mut env, issues, def, "text", source, &allowed);
             let mime = t.mime_type.clone().unwrap_or_else(|| "text/plain".into());
             let env = Arc::new(env);
             Arc::new(move |uri, found, _| {
-                let text = env.render("text", &json!(found))?;
-                Ok(Outcome::Complete(json!([{ "uri": uri, "mimeType": mime, "text": text }])))
+                let contents = env
+                    .render("text", &json!(found))
+                    .map(|text| Outcome::Complete(json!([{ "uri": uri, "mimeType": mime, "text": text }])));
+                Box::pin(std::future::ready(contents))
             })
         }
-        (None, Some(dir)) => {
+        (None, Some(dir), None) => {
             if vars.len() != 1 {
                 issues.at(def, "a `directory` template has exactly one variable: the path below the directory");
             }
@@ -448,11 +455,11 @@ fn resource_template(def: &Spanned<TemplateDef>, base: &Path, issues: &mut Issue
                     let declared = t.mime_type.clone();
                     let var = vars.first().cloned().unwrap_or_default();
                     Arc::new(move |uri, found, _| {
-                        let Some(path) = found.get(&var).and_then(|rel| under_root(&root, rel)) else {
-                            return Ok(Outcome::Complete(json!([])));
+                        let contents = match found.get(&var).and_then(|rel| under_root(&root, rel)) {
+                            None => Ok(json!([])),
+                            Some(path) => file_contents(&uri, &path, &mime_for(&path, &declared)).map(|c| json!([c])),
                         };
-                        let mime = mime_for(&path, &declared);
-                        Ok(Outcome::Complete(json!([file_contents(uri, &path, &mime)?])))
+                        Box::pin(std::future::ready(contents.map(Outcome::Complete)))
                     })
                 }
                 Err(e) => {
@@ -461,9 +468,23 @@ fn resource_template(def: &Spanned<TemplateDef>, base: &Path, issues: &mut Issue
                 }
             }
         }
+        (None, None, Some(sql)) => {
+            let allowed: BTreeSet<String> = vars.iter().cloned().collect();
+            match backends::sql::resource_reader(sql, databases, &allowed) {
+                Ok(reader) => reader,
+                Err(problems) => {
+                    for p in problems {
+                        issues.at(def, p);
+                    }
+                    return None;
+                }
+            }
+        }
         _ => {
-            issues
-                .at(def, format!("resource template `{}` needs exactly one of `text` or `directory`", t.uri_template));
+            issues.at(
+                def,
+                format!("resource template `{}` needs exactly one of `text`, `directory` or `sql`", t.uri_template),
+            );
             return None;
         }
     };

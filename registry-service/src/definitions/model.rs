@@ -40,6 +40,9 @@ pub struct DatabaseDef {
     pub url: String,
     #[serde(default)]
     pub max_connections: Option<u32>,
+    /// Statements run once, before the database is first used (to create an example's tables).
+    #[serde(default)]
+    pub init: Vec<String>,
 }
 
 /// Backend `http`: call an upstream API. Every string is a template over the arguments;
@@ -209,6 +212,9 @@ pub struct TemplateDef {
     /// Files under a directory; the template's one variable is the path below it.
     #[serde(default)]
     pub directory: Option<PathBuf>,
+    /// Rows of a query whose `:name` parameters are the URI's variables (as JSON).
+    #[serde(default)]
+    pub sql: Option<SqlDef>,
 }
 
 #[derive(Debug, Deserialize)]

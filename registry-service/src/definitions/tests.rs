@@ -89,7 +89,7 @@ async fn a_complete_file_is_served_as_written() {
     assert_eq!(handbook.contents().expect("read")[0]["text"], "# Handbook\n");
 
     let (files, vars) = catalog.template_for("docs://files/sub/a.json").expect("matches");
-    match (files.reader)("docs://files/sub/a.json", &vars, &Exchange::default()) {
+    match (files.reader)("docs://files/sub/a.json".into(), vars, Exchange::default()).await {
         Ok(Outcome::Complete(c)) => {
             assert_eq!(c[0], json!({"uri":"docs://files/sub/a.json","mimeType":"application/json","text":"{\"a\":1}"}))
         }
@@ -98,7 +98,7 @@ async fn a_complete_file_is_served_as_written() {
     // No escape from the directory.
     for uri in ["docs://files/../secret.txt", "docs://files/sub/../../secret.txt", "docs://files//etc/passwd"] {
         if let Some((t, vars)) = catalog.template_for(uri) {
-            match (t.reader)(uri, &vars, &Exchange::default()) {
+            match (t.reader)(uri.into(), vars, Exchange::default()).await {
                 Ok(Outcome::Complete(c)) => assert_eq!(c, json!([]), "{uri}"),
                 other => panic!("{uri}: {other:?}"),
             }
@@ -191,8 +191,8 @@ fn every_mistake_is_reported_at_once() {
 
 /// The published JSON Schema for the file accepts every example and refuses what the loader
 /// refuses for its shape, so editors and the server agree.
-#[test]
-fn the_published_schema_matches_the_examples() {
+#[tokio::test]
+async fn the_published_schema_matches_the_examples() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let schema: Value =
         serde_json::from_str(&std::fs::read_to_string(root.join("docs/definitions.schema.json")).expect("schema"))

@@ -58,6 +58,16 @@ async fn the_example_catalog_is_served() {
     );
     let r = c.modern(9, "prompts/get", json!({"name":"release_notes","arguments":{}})).await;
     assert_eq!(r.error_code(), Some(-32602), "a required argument is missing");
+    // The SQLite database the example creates on first use.
+    let r = c.modern(10, "tools/call", json!({"name":"top_customers","arguments":{"limit":2}})).await;
+    let rows = r.result()["structuredContent"]["rows"].clone();
+    assert_eq!(rows[0]["name"], "Ada Lovelace", "{}", r.text);
+    assert_eq!(rows.as_array().map(Vec::len), Some(2));
+    let r = c.modern(11, "resources/read", json!({"uri":"crm://customers/3"})).await;
+    let record: Value = serde_json::from_str(r.result()["contents"][0]["text"].as_str().expect("text")).expect("JSON");
+    assert_eq!(record, json!({"id":3,"name":"Alan Turing","city":"Manchester","total":2700}));
+    let r = c.modern(12, "resources/read", json!({"uri":"crm://customers/99"})).await;
+    assert_eq!(r.error_code(), Some(-32602), "no such customer: {}", r.text);
 }
 
 const V1: &str = "server: { name: live }\ntools:\n  - { name: one, text: first }\nresources:\n  - { uri: 'notes://today', name: today, file: today.txt }\n";
