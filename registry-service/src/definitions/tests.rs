@@ -61,6 +61,8 @@ fn good_dir() -> tempfile::TempDir {
     std::fs::create_dir(dir.path().join("files/sub")).expect("mkdir");
     write(&dir.path().join("files/sub"), "a.json", "{\"a\":1}");
     write(dir.path(), "secret.txt", "do not serve");
+    // A symlink inside the root that leads outside it.
+    std::os::unix::fs::symlink(dir.path().join("secret.txt"), dir.path().join("files/sub/link.txt")).expect("symlink");
     dir
 }
 
@@ -96,7 +98,12 @@ async fn a_complete_file_is_served_as_written() {
         other => panic!("{other:?}"),
     }
     // No escape from the directory.
-    for uri in ["docs://files/../secret.txt", "docs://files/sub/../../secret.txt", "docs://files//etc/passwd"] {
+    for uri in [
+        "docs://files/../secret.txt",
+        "docs://files/sub/../../secret.txt",
+        "docs://files//etc/passwd",
+        "docs://files/sub/link.txt",
+    ] {
         if let Some((t, vars)) = catalog.template_for(uri) {
             match (t.reader)(uri.into(), vars, Exchange::default()).await {
                 Ok(Outcome::Complete(c)) => assert_eq!(c, json!([]), "{uri}"),
@@ -210,4 +217,14 @@ async fn the_published_schema_matches_the_examples() {
         let doc: Value = serde_saphyr::from_str(text).expect("YAML");
         assert!(!validator.is_valid(&doc), "the schema refuses too:\n{text}");
     }
+}
+
+#[test]
+fn json_is_accepted_too() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let text = r#"{"server": {"name": "j"}, "tools": [{"name": "hi", "text": "hi {{ who }}",
+        "input_schema": {"type": "object", "properties": {"who": {"type": "string"}}}}]}"#;
+    let catalog = load(&write(dir.path(), "defs.json", text)).expect("JSON is YAML");
+    assert_eq!(catalog.server_info["name"], "j");
+    assert!(catalog.tool("hi").is_some());
 }

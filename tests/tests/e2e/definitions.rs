@@ -128,3 +128,44 @@ async fn edits_reload_the_catalog_and_tell_clients() {
     );
     assert!(legacy.next_within(Duration::from_millis(200)).await.is_none(), "nothing changed for clients");
 }
+
+/// A Kubernetes ConfigMap volume updates by swapping a `..data` symlink; the file path stays a
+/// symlink through it.
+#[tokio::test]
+async fn a_configmap_style_symlink_swap_reloads() {
+    use std::os::unix::fs::symlink;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let root = dir.path();
+    let write_version = |name: &str, text: &str| {
+        std::fs::create_dir(root.join(name)).expect("mkdir");
+        std::fs::write(root.join(name).join("defs.yaml"), text).expect("write");
+    };
+    write_version("..v1", "server: { name: cm }\ntools:\n  - { name: one, text: first }\n");
+    symlink("..v1", root.join("..data")).expect("symlink");
+    symlink("..data/defs.yaml", root.join("defs.yaml")).expect("symlink");
+    let path = root.join("defs.yaml");
+    let gw = Proc::start(
+        "gateway",
+        &["--standalone", "--listen", "127.0.0.1:0", "--definitions", path.to_str().expect("path")],
+        "gateway",
+    )
+    .await;
+    let c = Client::new(&format!("{}/mcp", gw.url()));
+    let listen = e2e::modern_request(1, "subscriptions/listen", json!({"notifications":{"toolsListChanged":true}}));
+    let mut stream =
+        c.stream(&listen, &[("mcp-protocol-version", e2e::MODERN), ("mcp-method", "subscriptions/listen")]).await;
+    stream.next().await;
+
+    // The swap: a new directory, a new symlink renamed over `..data` atomically.
+    write_version(
+        "..v2",
+        "server: { name: cm }\ntools:\n  - { name: one, text: first }\n  - { name: two, text: second }\n",
+    );
+    symlink("..v2", root.join("..data_tmp")).expect("symlink");
+    std::fs::rename(root.join("..data_tmp"), root.join("..data")).expect("rename");
+    std::fs::remove_dir_all(root.join("..v1")).expect("cleanup");
+
+    assert_eq!(stream.next().await["method"], "notifications/tools/list_changed");
+    let r = c.modern(2, "tools/list", json!({})).await;
+    assert_eq!(names(r.result(), "tools", "name"), ["one", "two"]);
+}
