@@ -29,6 +29,8 @@ pub struct CatalogView {
     pub resources: Vec<Item>,
     pub templates: Vec<Item>,
     pub prompts: Vec<Item>,
+    /// Whether the catalog can change while served (list-changed and updates are advertised).
+    pub live: bool,
     tool_index: HashMap<String, usize>,
     prompt_index: HashMap<String, usize>,
     /// Each tool's `inputSchema`, compiled once per catalog version (`None` when the schema
@@ -48,6 +50,7 @@ impl CatalogView {
         let prompts: Vec<Item> = c.prompts.into_iter().map(|p| item(p.name, &p.json, p.scopes)).collect();
         Self {
             version: c.version,
+            live: c.live,
             server_info: serde_json::from_slice(&c.server_info_json).unwrap_or(Value::Null),
             instructions: c.instructions,
             tool_index: tools.iter().enumerate().map(|(i, t)| (t.key.clone(), i)).collect(),

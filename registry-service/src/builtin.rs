@@ -53,6 +53,7 @@ pub fn catalog() -> Catalog {
 /// operator writes a definitions file.
 pub fn demo() -> ItemSet {
     ItemSet {
+        changes: false,
         instructions: "Demonstration items: `echo`, `add` and `count` tools, the `about://server` resource and \
                        the `summarize` prompt."
             .into(),

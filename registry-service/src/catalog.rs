@@ -174,6 +174,8 @@ pub struct Catalog {
     pub resources: Vec<Resource>,
     pub templates: Vec<ResourceTemplate>,
     pub prompts: Vec<Prompt>,
+    /// Whether the catalog can change while served (see `registry.v1.Catalog.live`).
+    pub live: bool,
 }
 
 /// Whether a caller holding `held` may use an item that requires `required`.
@@ -188,6 +190,8 @@ pub fn permits(caller: Option<&pb::Caller>, required: &[String]) -> bool {
 /// A group of items that is served together (a compiled-in set, or a definitions file's).
 #[derive(Clone, Default)]
 pub struct ItemSet {
+    /// Whether items of the set change the catalog (or resource contents) while it is served.
+    pub changes: bool,
     pub instructions: String,
     pub tools: Vec<Tool>,
     pub resources: Vec<Resource>,
@@ -208,6 +212,7 @@ impl Catalog {
             resources: vec![],
             templates: vec![],
             prompts: vec![],
+            live: sets.iter().any(|s| s.changes),
         };
         fn add<T>(into: &mut Vec<T>, items: Vec<T>, key: impl Fn(&T) -> &str, kind: &str) -> Result<(), String> {
             for item in items {
@@ -275,6 +280,7 @@ impl Catalog {
                 .iter()
                 .map(|p| pb::Prompt { name: p.name.clone(), json: json(&p.def), scopes: p.scopes.clone() })
                 .collect(),
+            live: self.live,
         }
     }
 }

@@ -48,6 +48,8 @@ fn string_prop(description: &str) -> Value {
 
 pub fn set() -> ItemSet {
     ItemSet {
+        // The trigger tools change the catalog and announce resource updates.
+        changes: true,
         instructions: "Conformance fixtures for the official MCP test suite.".into(),
         tools: tools(),
         resources: resources(),

@@ -8,12 +8,13 @@ use crate::error::Error;
 use crate::request::Request;
 use crate::shape;
 
-/// Server capabilities for a legacy revision.
-fn legacy_capabilities(rev: &str) -> Value {
+/// What the server offers, in the legacy shape; list changes and resource subscriptions are
+/// advertised only when the catalog can change while served.
+fn legacy_capabilities(rev: &str, live: bool) -> Value {
     let mut caps = json!({
-        "tools": { "listChanged": true },
-        "resources": { "subscribe": true, "listChanged": true },
-        "prompts": { "listChanged": true },
+        "tools": { "listChanged": live },
+        "resources": { "subscribe": live, "listChanged": live },
+        "prompts": { "listChanged": live },
         "logging": {}
     });
     if shape::at_least(rev, "2025-03-26") {
@@ -44,7 +45,7 @@ pub fn initialize(req: &Request<'_>, catalog: &CatalogView) -> Result<Value, Err
     tracing::info!(requested = requested.unwrap_or("(none)"), negotiated, "initialize");
     let mut result = json!({
         "protocolVersion": negotiated,
-        "capabilities": legacy_capabilities(negotiated),
+        "capabilities": legacy_capabilities(negotiated, catalog.live),
         "serverInfo": shape::server_info(&catalog.server_info, negotiated, false),
     });
     if !catalog.instructions.is_empty() {
@@ -72,9 +73,9 @@ pub fn discover(catalog: &CatalogView) -> Value {
     let mut result = json!({
         "supportedVersions": MODERN_REVISIONS,
         "capabilities": {
-            "tools": { "listChanged": true },
-            "resources": { "subscribe": true, "listChanged": true },
-            "prompts": { "listChanged": true },
+            "tools": { "listChanged": catalog.live },
+            "resources": { "subscribe": catalog.live, "listChanged": catalog.live },
+            "prompts": { "listChanged": catalog.live },
             "completions": {},
             "logging": {},
             "extensions": {}

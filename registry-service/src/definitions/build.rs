@@ -186,6 +186,8 @@ pub fn catalog(file: File, base: &Path) -> Result<Catalog, Vec<Issue>> {
         }
     }
 
+    // The file itself is watched: its catalog can always change.
+    own.changes = true;
     let (server_info, instructions) = server(&file, &sets, &mut issues);
     sets.push(own);
     // Names must be unique across everything served.

@@ -208,6 +208,12 @@ async fn legacy_negotiation_follows_the_seed_rule() {
         let r = c.post(&body, &[]).await;
         assert_eq!(r.result()["protocolVersion"], expected, "requested {requested}");
     }
+    // The built-in demo catalog never changes: no list-changed or subscriptions advertised.
+    let r = c.post(&json!({"jsonrpc":"2.0","id":98,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{}}}), &[]).await;
+    assert_eq!(r.result()["capabilities"]["tools"]["listChanged"], false);
+    assert_eq!(r.result()["capabilities"]["resources"]["subscribe"], false);
+    let d = c.modern(97, "server/discover", json!({})).await;
+    assert_eq!(d.result()["capabilities"]["prompts"]["listChanged"], false);
     // No protocolVersion at all: the newest legacy revision.
     let r = c.post(&json!({"jsonrpc":"2.0","id":99,"method":"initialize","params":{"capabilities":{}}}), &[]).await;
     assert_eq!(r.result()["protocolVersion"], "2025-11-25");

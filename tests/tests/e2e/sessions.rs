@@ -12,6 +12,9 @@ async fn initialize(c: &Client, version: &str, capabilities: Value) -> String {
         "protocolVersion":version,"capabilities":capabilities,"clientInfo":{"name":"e2e","version":"1"}}});
     let r = c.post(&body, &[]).await;
     assert_eq!(r.result()["protocolVersion"], version);
+    // The conformance catalog changes while served, so changes are advertised.
+    assert_eq!(r.result()["capabilities"]["tools"]["listChanged"], true);
+    assert_eq!(r.result()["capabilities"]["resources"]["subscribe"], true);
     let id = r.headers.get("mcp-session-id").expect("a session id").to_str().expect("visible ASCII").to_owned();
     assert!(id.bytes().all(|b| (0x21..=0x7e).contains(&b)));
     let r = c
