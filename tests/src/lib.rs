@@ -562,3 +562,47 @@ impl Drop for Postgres {
         let _ = run_pg(&self.bin, self.as_root, "pg_ctl", &["stop", "-m", "immediate", "-D", &data]);
     }
 }
+
+/// A standalone server serving a definitions file written into a fresh directory; the
+/// directory lives as long as the returned guard.
+pub struct Served {
+    pub gateway: Proc,
+    pub client: Client,
+    pub dir: tempfile::TempDir,
+}
+
+impl Served {
+    /// Serve `definitions` (written as `defs.yaml`) with extra environment variables.
+    pub async fn definitions(definitions: &str, env: &[(&str, &str)]) -> Served {
+        let dir = tempfile::tempdir().expect("tempdir");
+        Self::in_dir(dir, definitions, env).await
+    }
+
+    /// Like [`Served::definitions`], in a directory the caller prepared (files the
+    /// definitions refer to).
+    pub async fn in_dir(dir: tempfile::TempDir, definitions: &str, env: &[(&str, &str)]) -> Served {
+        let path = dir.path().join("defs.yaml");
+        std::fs::write(&path, definitions).expect("write definitions");
+        let args = ["--standalone", "--listen", "127.0.0.1:0", "--definitions", path.to_str().expect("utf-8 path")];
+        let gateway = Proc::start_with_env("gateway", &args, env, "gateway").await;
+        let client = Client::new(&format!("{}/mcp", gateway.url()));
+        Served { gateway, client, dir }
+    }
+
+    pub fn path(&self) -> PathBuf {
+        self.dir.path().join("defs.yaml")
+    }
+}
+
+/// `registry-service --validate-only` on `definitions` (written as `defs.yaml`): whether it
+/// passed, and what it printed on stderr.
+pub fn validate_definitions(definitions: &str) -> (bool, String) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("defs.yaml");
+    std::fs::write(&path, definitions).expect("write definitions");
+    let out = std::process::Command::new(bin("registry-service"))
+        .args(["--validate-only", "--definitions", path.to_str().expect("utf-8 path")])
+        .output()
+        .expect("run registry-service");
+    (out.status.success(), String::from_utf8_lossy(&out.stderr).into_owned())
+}

@@ -76,17 +76,9 @@ const V2: &str = "server: { name: live }\ntools:\n  - { name: one, text: first }
 #[tokio::test]
 async fn edits_reload_the_catalog_and_tell_clients() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let defs = dir.path().join("defs.yaml");
     std::fs::write(dir.path().join("today.txt"), "nothing yet").expect("write");
-    std::fs::write(&defs, V1).expect("write");
-    let gw = Proc::start(
-        "gateway",
-        &["--standalone", "--listen", "127.0.0.1:0", "--definitions", defs.to_str().expect("path")],
-        "gateway",
-    )
-    .await;
-    let c = Client::new(&format!("{}/mcp", gw.url()));
-
+    let served = e2e::Served::in_dir(dir, V1, &[]).await;
+    let (gw, c, defs) = (&served.gateway, &served.client, served.path());
     // A legacy session with a GET stream and a resource subscription; a modern listen stream.
     let init = json!({"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{}}});
     let r = c.post(&init, &[]).await;
@@ -107,7 +99,7 @@ async fn edits_reload_the_catalog_and_tell_clients() {
     assert_eq!(names(r.result(), "tools", "name"), ["one", "two"]);
 
     // An edit to a resource's file is an update for its subscriber.
-    std::fs::write(dir.path().join("today.txt"), "shipped the reload").expect("write");
+    std::fs::write(served.dir.path().join("today.txt"), "shipped the reload").expect("write");
     let note = legacy.next().await;
     assert_eq!(
         (note["method"].as_str(), note["params"]["uri"].as_str()),

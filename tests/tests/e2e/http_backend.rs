@@ -6,7 +6,7 @@ use axum::extract::Query;
 use axum::http::{HeaderMap, StatusCode};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use e2e::{Client, Proc};
+
 use serde_json::{Value, json};
 
 /// An upstream API on a loopback port.
@@ -66,21 +66,6 @@ tools:
     )
 }
 
-async fn start(defs: &str) -> (Proc, Client, tempfile::TempDir) {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let path = dir.path().join("defs.yaml");
-    std::fs::write(&path, defs).expect("write");
-    let gw = Proc::start_with_env(
-        "gateway",
-        &["--standalone", "--listen", "127.0.0.1:0", "--definitions", path.to_str().expect("path")],
-        &[("UPSTREAM_KEY", "s3cret")],
-        "gateway",
-    )
-    .await;
-    let c = Client::new(&format!("{}/mcp", gw.url()));
-    (gw, c, dir)
-}
-
 fn text(r: &e2e::Reply) -> String {
     r.result()["content"][0]["text"].as_str().unwrap_or_default().to_owned()
 }
@@ -88,7 +73,8 @@ fn text(r: &e2e::Reply) -> String {
 #[tokio::test]
 async fn http_tools_call_their_upstream() {
     let addr = upstream().await;
-    let (gw, c, _dir) = start(&definitions(addr, true)).await;
+    let served = e2e::Served::definitions(&definitions(addr, true), &[("UPSTREAM_KEY", "s3cret")]).await;
+    let (gw, c) = (&served.gateway, &served.client);
     let r = c.modern(1, "tools/call", json!({"name":"forecast","arguments":{"city":"Paris & Co"}})).await;
     assert_eq!(r.result()["isError"], false, "{}", r.text);
     assert_eq!(r.result()["structuredContent"], json!({"city":"Paris & Co","units":"metric","temp":21}));
@@ -118,7 +104,8 @@ async fn http_tools_call_their_upstream() {
 #[tokio::test]
 async fn the_ssrf_guard_refuses_private_addresses() {
     let addr = upstream().await;
-    let (_gw, c, _dir) = start(&definitions(addr, false)).await;
+    let served = e2e::Served::definitions(&definitions(addr, false), &[("UPSTREAM_KEY", "s3cret")]).await;
+    let c = &served.client;
     let r = c.modern(1, "tools/call", json!({"name":"forecast","arguments":{"city":"x"}})).await;
     assert_eq!(r.result()["isError"], true);
     assert!(text(&r).contains("127.0.0.1 is not public"), "{}", text(&r));
@@ -129,19 +116,10 @@ async fn the_ssrf_guard_refuses_private_addresses() {
 
 #[tokio::test]
 async fn http_definitions_are_checked_at_start() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let path = dir.path().join("defs.yaml");
-    std::fs::write(
-        &path,
+    let (ok, err) = e2e::validate_definitions(
         "tools:\n  - name: t\n    http: { url: 'https://api.example/{{ citty }}', method: FETCH, headers: { 'x-key': '${NOT_SET_ANYWHERE}' } }\n",
-    )
-    .expect("write");
-    let out = std::process::Command::new(e2e::bin("registry-service"))
-        .args(["--validate-only", "--definitions", path.to_str().expect("path")])
-        .output()
-        .expect("run");
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success());
+    );
+    assert!(!ok);
     for expected in ["defs.yaml:2:5", "citty", "FETCH", "NOT_SET_ANYWHERE"] {
         assert!(err.contains(expected), "{expected}: {err}");
     }

@@ -1,7 +1,7 @@
 //! Tools backed by SQL: a SQLite file and a throwaway PostgreSQL cluster, driven through the
 //! real server.
 
-use e2e::{Client, Postgres, Proc};
+use e2e::{Client, Postgres};
 use serde_json::{Value, json};
 
 fn definitions(url: &str) -> String {
@@ -29,20 +29,6 @@ tools:
     sql: {{ database: crm, max_rows: 3, query: "SELECT name FROM customers ORDER BY name" }}
 "#
     )
-}
-
-async fn start(defs: String) -> (Proc, Client, tempfile::TempDir) {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let path = dir.path().join("defs.yaml");
-    std::fs::write(&path, defs).expect("write");
-    let gw = Proc::start(
-        "gateway",
-        &["--standalone", "--listen", "127.0.0.1:0", "--definitions", path.to_str().expect("path")],
-        "gateway",
-    )
-    .await;
-    let c = Client::new(&format!("{}/mcp", gw.url()));
-    (gw, c, dir)
 }
 
 async fn call(c: &Client, name: &str, args: Value) -> Value {
@@ -80,8 +66,8 @@ async fn walk(c: &Client) {
 
 #[tokio::test]
 async fn sqlite_tools() {
-    let (_gw, c, _dir) = start(definitions("sqlite://crm.db?mode=rwc")).await;
-    walk(&c).await;
+    let served = e2e::Served::definitions(&definitions("sqlite://crm.db?mode=rwc"), &[]).await;
+    walk(&served.client).await;
 }
 
 #[tokio::test]
@@ -89,9 +75,10 @@ async fn postgres_tools() {
     let pg = Postgres::start();
     let mut defs = definitions(&pg.url);
     defs.push_str("  - name: slow\n    sql: { database: crm, timeout_ms: 300, query: \"SELECT pg_sleep(3)\" }\n");
-    let (_gw, c, _dir) = start(defs).await;
-    walk(&c).await;
-    let r = call(&c, "slow", json!({})).await;
+    let served = e2e::Served::definitions(&defs, &[]).await;
+    let c = &served.client;
+    walk(c).await;
+    let r = call(c, "slow", json!({})).await;
     assert_eq!(r["isError"], true);
     let text = r["content"][0]["text"].as_str().unwrap_or_default();
     assert!(text.contains("time") || text.contains("cancel"), "{text}");
@@ -99,19 +86,10 @@ async fn postgres_tools() {
 
 #[tokio::test]
 async fn sql_definitions_are_checked_at_start() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let path = dir.path().join("defs.yaml");
-    std::fs::write(
-        &path,
+    let (ok, err) = e2e::validate_definitions(
         "databases:\n  crm: { url: 'mysql://x' }\ntools:\n  - name: t\n    sql: { database: nope, query: 'SELECT :who' }\n  - name: u\n    input_schema: { type: object, properties: {} }\n    sql: { database: crm, query: 'SELECT :who' }\n",
-    )
-    .expect("write");
-    let out = std::process::Command::new(e2e::bin("registry-service"))
-        .args(["--validate-only", "--definitions", path.to_str().expect("path")])
-        .output()
-        .expect("run");
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success());
+    );
+    assert!(!ok);
     for expected in ["defs.yaml:2:", "must start with sqlite: or postgres://", "defs.yaml:4:", "`nope` is not declared"]
     {
         assert!(err.contains(expected), "{expected}: {err}");
