@@ -13,8 +13,23 @@ pub struct Config {
     pub listen: SocketAddr,
     /// The issuer identifier: the public URL clients reach this server at.
     pub issuer: Url,
-    /// Storage: `sqlite://PATH` or `postgres://…`.
+    /// Storage: `sqlite://PATH` (default: `oauth.db` in the data directory, or in memory
+    /// without one).
     pub database: Option<String>,
+    /// Where the signing key (and the default database) live.
+    pub data_dir: Option<PathBuf>,
+    /// The MCP resource tokens are issued for (their audience); default `{issuer}/mcp`.
+    pub resource: Option<Url>,
+    /// Scopes advertised in the metadata.
+    pub scopes: Vec<String>,
+    /// A user created (or updated) at start, for a first sign-in.
+    pub bootstrap_user: Option<String>,
+    pub bootstrap_password: Option<String>,
+    /// Dynamic client registration (RFC 7591).
+    pub registration: bool,
+    pub access_token_ttl_secs: u64,
+    pub refresh_token_ttl_secs: u64,
+    pub code_ttl_secs: u64,
 }
 
 impl Default for Config {
@@ -23,6 +38,15 @@ impl Default for Config {
             listen: ([127, 0, 0, 1], 9090).into(),
             issuer: Url::parse("http://127.0.0.1:8080").expect("a valid literal URL"),
             database: None,
+            data_dir: None,
+            resource: None,
+            scopes: vec!["mcp".to_owned()],
+            bootstrap_user: None,
+            bootstrap_password: None,
+            registration: true,
+            access_token_ttl_secs: 3600,
+            refresh_token_ttl_secs: 30 * 24 * 3600,
+            code_ttl_secs: 60,
         }
     }
 }
@@ -37,9 +61,12 @@ impl Config {
             return Err(format!("issuer: `{}` must not have a query or fragment (RFC 8414)", self.issuer));
         }
         if let Some(db) = &self.database
-            && !(db.starts_with("sqlite:") || db.starts_with("postgres://") || db.starts_with("postgresql://"))
+            && !db.starts_with("sqlite:")
         {
-            return Err("database: must be a sqlite: or postgres:// URL".into());
+            return Err("database: must be a sqlite: URL (PostgreSQL storage is not available yet)".into());
+        }
+        if self.bootstrap_user.is_some() != self.bootstrap_password.is_some() {
+            return Err("bootstrap_user and bootstrap_password go together".into());
         }
         Ok(())
     }
@@ -47,6 +74,23 @@ impl Config {
     /// The issuer as a string without a trailing slash, used to build endpoint URLs.
     pub fn issuer_base(&self) -> String {
         self.issuer.as_str().trim_end_matches('/').to_owned()
+    }
+
+    /// The resource tokens are for, exactly as clients name it.
+    pub fn resource_url(&self) -> String {
+        match &self.resource {
+            Some(r) => r.as_str().to_owned(),
+            None => format!("{}/mcp", self.issuer_base()),
+        }
+    }
+
+    /// The database URL in effect.
+    pub fn database_url(&self) -> String {
+        match (&self.database, &self.data_dir) {
+            (Some(url), _) => url.clone(),
+            (None, Some(dir)) => format!("sqlite://{}?mode=rwc", dir.join("oauth.db").display()),
+            (None, None) => "sqlite::memory:".to_owned(),
+        }
     }
 }
 
@@ -61,7 +105,7 @@ pub struct Cli {
     #[arg(long)]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub issuer: Option<Url>,
-    /// Database URL: sqlite://PATH or postgres://...
+    /// Database URL: sqlite://PATH
     #[arg(long)]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub database: Option<String>,

@@ -18,7 +18,7 @@ pub fn document(config: &Config) -> Value {
         "code_challenge_methods_supported": ["S256"],
         "token_endpoint_auth_methods_supported": ["none", "client_secret_basic", "client_secret_post"],
         "authorization_response_iss_parameter_supported": true,
-        "client_id_metadata_document_supported": true,
+        "scopes_supported": config.scopes,
     })
 }
 

@@ -1,0 +1,313 @@
+//! The authorisation endpoint: authorization code with PKCE S256 only, `state` round-tripped,
+//! `iss` in every response (RFC 9207), `resource` required to name our MCP resource (RFC 8707),
+//! redirect URIs matched exactly except for the port of loopback redirects (RFC 8252 §7.3).
+//!
+//! Errors about the client or its redirect URI are shown on a page and never redirected (the
+//! URI is not verified); every later error is redirected to the client (RFC 6749 §4.1.2.1).
+//! The sign-in page is the consent page: it names the client, the resource and the scopes.
+
+use std::sync::Arc;
+
+use axum::Form;
+use axum::extract::{Query, State};
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{Html, IntoResponse, Redirect, Response};
+use hmac::{Hmac, KeyInit, Mac};
+use serde::Deserialize;
+use sha2::Sha256;
+
+use crate::AppState;
+use crate::secrets;
+use crate::store::{Code, Grant};
+
+/// The parameters of an authorisation request, as received.
+#[derive(Debug, Clone, Deserialize, serde::Serialize)]
+pub struct Params {
+    #[serde(default)]
+    pub response_type: Option<String>,
+    #[serde(default)]
+    pub client_id: Option<String>,
+    #[serde(default)]
+    pub redirect_uri: Option<String>,
+    #[serde(default)]
+    pub state: Option<String>,
+    #[serde(default)]
+    pub scope: Option<String>,
+    #[serde(default)]
+    pub code_challenge: Option<String>,
+    #[serde(default)]
+    pub code_challenge_method: Option<String>,
+    #[serde(default)]
+    pub resource: Option<String>,
+}
+
+/// The sign-in form, with the request carried along.
+#[derive(Debug, Deserialize)]
+pub struct Submitted {
+    #[serde(flatten)]
+    params: Params,
+    #[serde(default)]
+    csrf: String,
+    #[serde(default)]
+    username: String,
+    #[serde(default)]
+    password: String,
+    #[serde(default)]
+    decision: String,
+}
+
+/// Whether `requested` is one of the client's redirect URIs: the same string, or for a loopback
+/// redirect the same URI on any port.
+pub fn redirect_registered(requested: &str, registered: &[String]) -> bool {
+    let loopback =
+        |u: &url::Url| u.scheme() == "http" && matches!(u.host_str(), Some("127.0.0.1" | "[::1]" | "localhost"));
+    registered.iter().any(|r| {
+        if r == requested {
+            return true;
+        }
+        match (url::Url::parse(r), url::Url::parse(requested)) {
+            (Ok(a), Ok(b)) => {
+                loopback(&a)
+                    && loopback(&b)
+                    && a.host_str() == b.host_str()
+                    && a.path() == b.path()
+                    && a.query() == b.query()
+            }
+            _ => false,
+        }
+    })
+}
+
+/// Secure headers for every page: no framing, no caching, no referrer.
+fn page(status: StatusCode, html: String) -> Response {
+    let mut resp = (status, Html(html)).into_response();
+    let h = resp.headers_mut();
+    h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    h.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(
+            "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'; frame-ancestors 'none'",
+        ),
+    );
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    h.insert(header::REFERRER_POLICY, HeaderValue::from_static("no-referrer"));
+    h.insert("x-content-type-options", HeaderValue::from_static("nosniff"));
+    resp
+}
+
+fn error_page(app: &AppState, message: &str) -> Response {
+    page(StatusCode::BAD_REQUEST, app.pages.render("error", minijinja::context! { message }))
+}
+
+/// Redirect an error to the (verified) redirect URI, with `state` and `iss`.
+fn redirect_error(app: &AppState, redirect_uri: &str, params: &Params, error: &str, description: &str) -> Response {
+    redirect_with(app, redirect_uri, params, &[("error", error), ("error_description", description)])
+}
+
+fn redirect_with(app: &AppState, redirect_uri: &str, params: &Params, pairs: &[(&str, &str)]) -> Response {
+    let Ok(mut url) = url::Url::parse(redirect_uri) else { return error_page(app, "invalid redirect_uri") };
+    {
+        let mut q = url.query_pairs_mut();
+        for (k, v) in pairs {
+            q.append_pair(k, v);
+        }
+        if let Some(state) = &params.state {
+            q.append_pair("state", state);
+        }
+        q.append_pair("iss", &app.issuer);
+    }
+    let mut resp = Redirect::to(url.as_str()).into_response();
+    resp.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    resp
+}
+
+/// Everything checked before the sign-in page: `Ok` carries the verified redirect URI.
+async fn check(app: &AppState, p: &Params) -> Result<String, Response> {
+    let Some(client_id) = p.client_id.as_deref() else { return Err(error_page(app, "client_id is missing")) };
+    let client = match app.store.client(client_id).await {
+        Ok(Some(c)) => c,
+        Ok(None) => return Err(error_page(app, "unknown client")),
+        Err(e) => {
+            tracing::error!(error = %e, "store failed");
+            return Err(error_page(app, "the service is unavailable"));
+        }
+    };
+    let redirect_uri = match (&p.redirect_uri, client.redirect_uris.as_slice()) {
+        (Some(r), registered) if redirect_registered(r, registered) => r.clone(),
+        (None, [only]) => only.clone(),
+        _ => return Err(error_page(app, "redirect_uri is missing or not registered for this client")),
+    };
+    // From here on, errors go back to the client.
+    if p.response_type.as_deref() != Some("code") {
+        return Err(redirect_error(app, &redirect_uri, p, "unsupported_response_type", "response_type must be code"));
+    }
+    if p.code_challenge_method.as_deref() != Some("S256") || p.code_challenge.as_deref().is_none_or(|c| c.len() != 43) {
+        return Err(redirect_error(
+            app,
+            &redirect_uri,
+            p,
+            "invalid_request",
+            "PKCE with code_challenge_method S256 is required",
+        ));
+    }
+    match p.resource.as_deref() {
+        Some(r) if r.trim_end_matches('/') == app.resource.trim_end_matches('/') => {}
+        _ => {
+            let message = format!("resource must be {}", app.resource);
+            return Err(redirect_error(app, &redirect_uri, p, "invalid_target", &message));
+        }
+    }
+    if p.scope.as_deref().is_some_and(|s| {
+        !s.split(' ').all(|t| !t.is_empty() && t.bytes().all(|b| b > 0x20 && b != b'"' && b != b'\\' && b < 0x7f))
+    }) {
+        return Err(redirect_error(app, &redirect_uri, p, "invalid_scope", "malformed scope"));
+    }
+    Ok(redirect_uri)
+}
+
+type HmacSha256 = Hmac<Sha256>;
+
+/// A token that ties the sign-in form to this request and expires.
+fn csrf_token(app: &AppState, p: &Params, expires: i64) -> String {
+    let mut mac = HmacSha256::new_from_slice(&app.csrf_key).expect("any key length");
+    mac.update(serde_json::to_string(p).unwrap_or_default().as_bytes());
+    mac.update(&expires.to_be_bytes());
+    let tag = base64::Engine::encode(&base64::engine::general_purpose::URL_SAFE_NO_PAD, mac.finalize().into_bytes());
+    format!("{expires}.{tag}")
+}
+
+fn csrf_valid(app: &AppState, p: &Params, token: &str) -> bool {
+    let Some((expires, _)) = token.split_once('.') else { return false };
+    let Ok(expires) = expires.parse::<i64>() else { return false };
+    expires > secrets::now() && secrets::equal(&csrf_token(app, p, expires), token)
+}
+
+fn sign_in(app: &AppState, p: &Params, client_name: &str, status: StatusCode, message: Option<&str>) -> Response {
+    let csrf = csrf_token(app, p, secrets::now() + 600);
+    let scopes: Vec<String> =
+        p.scope.as_deref().unwrap_or_default().split(' ').filter(|s| !s.is_empty()).map(str::to_owned).collect();
+    let message = message.map(str::to_owned);
+    let (client_name, resource) = (client_name.to_owned(), app.resource.clone());
+    let html = app.pages.render(
+        "sign_in",
+        minijinja::context! {
+            params => minijinja::Value::from(minijinja::value::Serde(p.clone())),
+            csrf, client_name, resource, scopes, message
+        },
+    );
+    page(status, html)
+}
+
+pub async fn show(State(app): State<Arc<AppState>>, Query(p): Query<Params>) -> Response {
+    match check(&app, &p).await {
+        Err(resp) => resp,
+        Ok(_) => {
+            let name = client_name(&app, &p).await;
+            sign_in(&app, &p, &name, StatusCode::OK, None)
+        }
+    }
+}
+
+async fn client_name(app: &AppState, p: &Params) -> String {
+    let id = p.client_id.clone().unwrap_or_default();
+    match app.store.client(&id).await {
+        Ok(Some(c)) => c.name.unwrap_or(id),
+        _ => id,
+    }
+}
+
+pub async fn submit(State(app): State<Arc<AppState>>, Form(form): Form<Submitted>) -> Response {
+    let p = &form.params;
+    let redirect_uri = match check(&app, p).await {
+        Err(resp) => return resp,
+        Ok(r) => r,
+    };
+    if !csrf_valid(&app, p, &form.csrf) {
+        return error_page(&app, "this sign-in form expired or was not ours; start again from your application");
+    }
+    if form.decision != "allow" {
+        return redirect_error(&app, &redirect_uri, p, "access_denied", "the user declined");
+    }
+    if !verify_password(&app, &form.username, &form.password).await {
+        let name = client_name(&app, p).await;
+        return sign_in(&app, p, &name, StatusCode::UNAUTHORIZED, Some("Wrong username or password."));
+    }
+    let code = secrets::random();
+    let record = Code {
+        grant: Grant {
+            grant_id: secrets::random(),
+            client_id: p.client_id.clone().unwrap_or_default(),
+            username: form.username.clone(),
+            scope: p.scope.clone().unwrap_or_default(),
+            resource: app.resource.clone(),
+        },
+        redirect_uri: redirect_uri.clone(),
+        challenge: p.code_challenge.clone().unwrap_or_default(),
+        expires_at: secrets::now() + app.config.code_ttl_secs as i64,
+    };
+    if let Err(e) = app.store.insert_code(&secrets::hash(&code), &record).await {
+        tracing::error!(error = %e, "storing a code failed");
+        return redirect_error(&app, &redirect_uri, p, "server_error", "could not issue a code");
+    }
+    tracing::info!(client_id = %record.grant.client_id, user = %form.username, "authorised");
+    redirect_with(&app, &redirect_uri, p, &[("code", &code)])
+}
+
+/// Verify a password against its argon2 hash, off the async threads. An unknown user costs the
+/// same time as a wrong password.
+pub async fn verify_password(app: &AppState, username: &str, password: &str) -> bool {
+    let stored = app.store.password_hash(username).await.ok().flatten();
+    let hash = stored.clone().unwrap_or_else(|| app.dummy_hash.clone());
+    let password = password.to_owned();
+    let ok = tokio::task::spawn_blocking(move || {
+        use argon2::{Argon2, PasswordHash, PasswordVerifier as _};
+        PasswordHash::new(&hash).is_ok_and(|h| Argon2::default().verify_password(password.as_bytes(), &h).is_ok())
+    })
+    .await
+    .unwrap_or(false);
+    ok && stored.is_some()
+}
+
+/// The page templates, auto-escaped.
+pub struct Pages {
+    env: minijinja::Environment<'static>,
+}
+
+impl Pages {
+    pub fn new() -> Self {
+        let mut env = minijinja::Environment::new();
+        env.set_auto_escape_callback(|_| minijinja::AutoEscape::Html);
+        env.add_template("sign_in", include_str!("pages/sign_in.html")).expect("a valid template");
+        env.add_template("error", include_str!("pages/error.html")).expect("a valid template");
+        Self { env }
+    }
+
+    pub fn render(&self, name: &str, ctx: minijinja::Value) -> String {
+        self.env.get_template(name).and_then(|t| t.render(ctx)).unwrap_or_else(|e| {
+            tracing::error!(error = %e, "page failed to render");
+            "Something went wrong.".to_owned()
+        })
+    }
+}
+
+impl Default for Pages {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn loopback_redirects_match_on_any_port() {
+        let reg = vec!["http://127.0.0.1/callback".to_owned(), "https://app.example/cb".to_owned()];
+        assert!(redirect_registered("http://127.0.0.1:53122/callback", &reg));
+        assert!(redirect_registered("https://app.example/cb", &reg));
+        assert!(!redirect_registered("https://app.example:8443/cb", &reg));
+        assert!(!redirect_registered("http://127.0.0.1:1/other", &reg));
+        assert!(!redirect_registered("http://localhost:1/callback", &reg), "the host must be the same");
+        assert!(!redirect_registered("https://app.example/cb/../x", &reg));
+    }
+}
