@@ -28,6 +28,8 @@ use crate::oauth_proxy::OAuthProxy;
 
 /// Shared state of the HTTP edge.
 pub struct Gateway {
+    /// Present when bearer tokens are required.
+    pub auth: Option<crate::auth::Auth>,
     pub mcp: McpServiceClient<Channel>,
     pub health: HealthClient<Channel>,
     pub oauth: OAuthProxy,
@@ -61,6 +63,9 @@ pub fn router(state: Arc<Gateway>, max_body_bytes: usize) -> Router {
         .route("/mcp", post(mcp_post).get(mcp_get).delete(mcp_delete))
         // Oversize bodies are refused with 413 before they are read whole.
         .layer(RequestBodyLimitLayer::new(max_body_bytes));
+    let resource_metadata = Router::new()
+        .route("/.well-known/oauth-protected-resource", get(protected_resource))
+        .route("/.well-known/oauth-protected-resource/{*rest}", get(protected_resource));
     let oauth = Router::new()
         .route("/.well-known/oauth-authorization-server", any(crate::oauth_proxy::proxy))
         .route("/.well-known/oauth-authorization-server/{*rest}", any(crate::oauth_proxy::proxy))
@@ -68,6 +73,7 @@ pub fn router(state: Arc<Gateway>, max_body_bytes: usize) -> Router {
     Router::new()
         .merge(mcp)
         .merge(oauth)
+        .merge(resource_metadata)
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(ready))
         .with_state(state)
@@ -81,6 +87,22 @@ pub fn router(state: Arc<Gateway>, max_body_bytes: usize) -> Router {
         .layer(SetRequestIdLayer::new(REQUEST_ID, MakeRequestUuid))
 }
 
+/// RFC 9728 metadata (404 when authentication is off).
+async fn protected_resource(State(gw): State<Arc<Gateway>>) -> Response {
+    match &gw.auth {
+        Some(auth) => axum::Json(auth.metadata()).into_response(),
+        None => StatusCode::NOT_FOUND.into_response(),
+    }
+}
+
+/// The caller, when authentication is on: `Err` is the 401 to send.
+async fn authenticate(gw: &Gateway, headers: &HeaderMap) -> Result<Option<pb::Principal>, Response> {
+    match &gw.auth {
+        None => Ok(None),
+        Some(auth) => auth.principal(headers).await.map(Some).map_err(|denied| auth.challenge(&denied)),
+    }
+}
+
 async fn method_not_allowed() -> Response {
     (StatusCode::METHOD_NOT_ALLOWED, [(header::ALLOW, "POST")]).into_response()
 }
@@ -91,6 +113,10 @@ async fn mcp_get(State(gw): State<Arc<Gateway>>, headers: HeaderMap) -> Response
     if let Err(r) = gw.policy.check(&headers) {
         return refusal(r, None);
     }
+    let principal = match authenticate(&gw, &headers).await {
+        Ok(p) => p,
+        Err(challenge) => return challenge,
+    };
     let session_id = header_str(&headers, mcp_proto::vocab::header::SESSION_ID);
     if session_id.is_empty() {
         return method_not_allowed().await;
@@ -99,7 +125,7 @@ async fn mcp_get(State(gw): State<Arc<Gateway>>, headers: HeaderMap) -> Response
         Ok(a) if a.stream => {}
         _ => return refusal(Refusal::NotAcceptable, None),
     }
-    let request = pb::ListenRequest { session_id, principal: None, request_id: header_str(&headers, "x-request-id") };
+    let request = pb::ListenRequest { session_id, principal, request_id: header_str(&headers, "x-request-id") };
     forward::listen(gw.mcp.clone(), request).await
 }
 
@@ -108,6 +134,10 @@ async fn mcp_delete(State(gw): State<Arc<Gateway>>, headers: HeaderMap) -> Respo
     if let Err(r) = gw.policy.check(&headers) {
         return refusal(r, None);
     }
+    let principal = match authenticate(&gw, &headers).await {
+        Ok(p) => p,
+        Err(challenge) => return challenge,
+    };
     let session_id = header_str(&headers, mcp_proto::vocab::header::SESSION_ID);
     if session_id.is_empty() {
         return rpc_error(
@@ -117,7 +147,7 @@ async fn mcp_delete(State(gw): State<Arc<Gateway>>, headers: HeaderMap) -> Respo
             "Bad Request: Mcp-Session-Id required",
         );
     }
-    match gw.mcp.clone().end_session(pb::EndSessionRequest { session_id, principal: None }).await {
+    match gw.mcp.clone().end_session(pb::EndSessionRequest { session_id, principal }).await {
         Ok(r) if r.get_ref().ended => StatusCode::NO_CONTENT.into_response(),
         Ok(_) => rpc_error(StatusCode::NOT_FOUND, None, ErrorCode(-32001), "Session not found"),
         Err(status) => {
@@ -153,7 +183,14 @@ fn refusal(r: Refusal, id: Option<&str>) -> Response {
 /// modern request with complete `_meta`, the routing headers (-32020, 400) → forward. The
 /// protocol engine then checks `_meta`, version, method and capabilities.
 async fn mcp_post(State(gw): State<Arc<Gateway>>, headers: HeaderMap, body: Bytes) -> Response {
-    if let Err(r) = gw.policy.check(&headers).and_then(|()| headers::check_content_type(&headers)) {
+    if let Err(r) = gw.policy.check(&headers) {
+        return refusal(r, None);
+    }
+    let principal = match authenticate(&gw, &headers).await {
+        Ok(p) => p,
+        Err(challenge) => return challenge,
+    };
+    if let Err(r) = headers::check_content_type(&headers) {
         return refusal(r, None);
     }
     let accepts = match headers::accepts(&headers) {
@@ -196,7 +233,7 @@ async fn mcp_post(State(gw): State<Arc<Gateway>>, headers: HeaderMap, body: Byte
         body: body.to_vec(),
         era: pb::Era::from(era) as i32,
         header_version: header_version.unwrap_or_default(),
-        principal: None,
+        principal,
         transport: pb::Transport::StreamableHttp as i32,
         session_id: header_str(&headers, mcp_proto::vocab::header::SESSION_ID),
         request_id: header_str(&headers, "x-request-id"),

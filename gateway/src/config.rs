@@ -31,6 +31,13 @@ pub struct Config {
     pub definitions: Option<PathBuf>,
     /// Standalone mode: where embedded state (SQLite) lives.
     pub data_dir: PathBuf,
+    /// `off` (default) or `oauth`: every `/mcp` request needs a bearer token from the
+    /// authorisation server.
+    pub auth: String,
+    /// The expected token issuer (the authorisation server's public URL); default: the public URL.
+    pub issuer: Option<Url>,
+    /// Scopes advertised in the protected resource metadata and in challenges.
+    pub scopes: Vec<String>,
 }
 
 impl Default for Config {
@@ -46,11 +53,26 @@ impl Default for Config {
             shutdown_grace_secs: 10,
             definitions: None,
             data_dir: PathBuf::from("data"),
+            auth: "off".to_owned(),
+            issuer: None,
+            scopes: vec!["mcp".to_owned()],
         }
     }
 }
 
 impl Config {
+    /// The public base URL: configured, or the bound address.
+    pub fn public_base(&self, bound: SocketAddr) -> String {
+        match &self.public_url {
+            Some(u) => u.as_str().trim_end_matches('/').to_owned(),
+            None => format!("http://{bound}"),
+        }
+    }
+
+    pub fn oauth(&self) -> bool {
+        self.auth == "oauth"
+    }
+
     pub fn origin_policy(&self, bound: SocketAddr) -> OriginPolicy {
         OriginPolicy {
             allowed_hosts: self.allowed_hosts.clone(),
@@ -91,6 +113,10 @@ pub struct Cli {
     #[arg(long)]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub data_dir: Option<PathBuf>,
+    /// `off` or `oauth` (require bearer tokens on /mcp).
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub auth: Option<String>,
     /// TOML configuration file.
     #[arg(long)]
     #[serde(skip)]
@@ -113,6 +139,9 @@ impl Cli {
                         .into(),
                 );
             }
+        }
+        if config.auth != "off" && config.auth != "oauth" {
+            return Err(format!("auth: `{}` must be off or oauth", config.auth));
         }
         if config.max_body_bytes == 0 {
             return Err("max_body_bytes: must be greater than 0".into());

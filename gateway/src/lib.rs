@@ -8,6 +8,7 @@
 //! ## Layout
 //! - [`config`]: the typed configuration.
 //! - [`app`]: routes, tower-http layers and the `/mcp` handler.
+//! - [`auth`]: the protected resource: bearer JWTs checked locally against the JWKS.
 //! - [`headers`]: pure checks over headers (`Host`, `Origin`, `Accept`, MCP routing headers).
 //! - [`era`]: the HTTP era rule.
 //! - [`forward`]: the gRPC call and the mapping of frames to HTTP.
@@ -15,6 +16,7 @@
 //! - [`standalone`]: all four components in one process over loopback gRPC.
 
 pub mod app;
+pub mod auth;
 pub mod config;
 pub mod era;
 pub mod forward;
@@ -68,7 +70,16 @@ pub async fn serve(listener: TcpListener, config: Config, shutdown: Cancellation
         .tcp_nodelay(true)
         .http2_keep_alive_interval(Duration::from_secs(30))
         .connect_lazy();
+    let auth = if config.oauth() {
+        let base = config.public_base(addr);
+        let issuer = config.issuer.as_ref().map_or(base.clone(), |u| u.as_str().trim_end_matches('/').to_owned());
+        let jwks = format!("{}/oauth/jwks", oauth_url.trim_end_matches('/'));
+        Some(auth::Auth::new(&issuer, &format!("{base}/mcp"), &jwks, config.scopes.clone()).map_err(Error::Config)?)
+    } else {
+        None
+    };
     let state = Arc::new(app::Gateway {
+        auth,
         mcp: McpServiceClient::new(channel.clone()),
         health: tonic_health::pb::health_client::HealthClient::new(channel),
         oauth: oauth_proxy::OAuthProxy::new(&oauth_url).map_err(Error::Config)?,

@@ -44,11 +44,17 @@ pub async fn run(mut config: Config, shutdown: CancellationToken) -> Result<(), 
         Some(u) => u.clone(),
         None => url::Url::parse(&format!("http://{gateway_addr}")).map_err(|e| Error::Config(e.to_string()))?,
     };
-    let oauth_config = oauth_service::Config {
-        issuer,
-        database: Some(format!("sqlite://{}", config.data_dir.join("oauth.db").display())),
-        ..Default::default()
-    };
+    // The authorisation server reads its own `OAUTH_*` settings (bootstrap user, scopes, token
+    // lifetimes); its issuer is this gateway, and its storage lives in the data directory when
+    // sign-in is on (in memory otherwise, so a plain start writes nothing).
+    let mut oauth_config: oauth_service::Config = mcp_proto::runtime::load_config(None, "OAUTH_", &NoFlags {})
+        .map_err(|e| Error::Config(format!("oauth-service: {e}")))?;
+    oauth_config.resource = url::Url::parse(&format!("{}/mcp", issuer.as_str().trim_end_matches('/'))).ok();
+    oauth_config.issuer = issuer;
+    if config.oauth() && oauth_config.data_dir.is_none() {
+        oauth_config.data_dir = Some(config.data_dir.clone());
+    }
+    oauth_config.validate().map_err(|e| Error::Config(format!("oauth-service: {e}")))?;
     let (listener, oauth_addr) = loopback().await?;
     tasks.spawn(component(oauth_service::serve(listener, oauth_config, inner.clone())));
 

@@ -1,0 +1,206 @@
+//! The gateway as an OAuth protected resource (RFC 9728): bearer tokens are JWTs checked
+//! locally — signature against the authorisation server's JWKS (cached, refreshed when a new key
+//! id appears), issuer, audience (this MCP endpoint), expiry — with no call per request.
+//! Requests without a valid token get 401 and a `WWW-Authenticate` challenge that points to
+//! the protected resource metadata.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use axum::body::Body;
+use axum::response::{IntoResponse, Response};
+use http::{HeaderMap, HeaderValue, StatusCode, header};
+use http_body_util::BodyExt as _;
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use jsonwebtoken::{Algorithm, DecodingKey, Validation};
+use mcp_proto::mcp::Principal;
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+/// How often the key set may be fetched again for an unknown key id.
+const REFRESH_EVERY: Duration = Duration::from_secs(10);
+
+pub struct Auth {
+    /// The expected `iss`.
+    pub issuer: String,
+    /// This MCP endpoint: the expected `aud`, and the `resource` of the metadata.
+    pub resource: String,
+    /// Where the protected resource metadata is published.
+    pub metadata_url: String,
+    pub scopes: Vec<String>,
+    jwks_url: hyper::Uri,
+    client: Client<HttpConnector, Body>,
+    keys: Mutex<(HashMap<String, DecodingKey>, Option<Instant>)>,
+}
+
+#[derive(Deserialize)]
+struct Claims {
+    sub: String,
+    #[serde(default)]
+    scope: String,
+    #[serde(default)]
+    client_id: String,
+}
+
+/// Why a request was not let in.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Denied {
+    /// No bearer token.
+    Missing,
+    /// A token that does not verify (signature, issuer, audience, expiry, form).
+    Invalid(String),
+}
+
+impl Auth {
+    pub fn new(issuer: &str, resource: &str, jwks_url: &str, scopes: Vec<String>) -> Result<Self, String> {
+        let jwks_url: hyper::Uri = jwks_url.parse().map_err(|e| format!("jwks url `{jwks_url}`: {e}"))?;
+        let resource_url = url::Url::parse(resource).map_err(|e| format!("resource `{resource}`: {e}"))?;
+        // RFC 9728 §3.1: the well-known path goes between the host and the resource's path.
+        let path = resource_url.path().trim_end_matches('/');
+        let metadata_url =
+            format!("{}/.well-known/oauth-protected-resource{path}", resource_url.origin().ascii_serialization());
+        let mut connector = HttpConnector::new();
+        connector.set_connect_timeout(Some(Duration::from_secs(5)));
+        Ok(Self {
+            issuer: issuer.trim_end_matches('/').to_owned(),
+            resource: resource.to_owned(),
+            metadata_url,
+            scopes,
+            jwks_url,
+            client: Client::builder(TokioExecutor::new()).build(connector),
+            keys: Mutex::new((HashMap::new(), None)),
+        })
+    }
+
+    /// The protected resource metadata document.
+    pub fn metadata(&self) -> Value {
+        json!({
+            "resource": self.resource,
+            "authorization_servers": [self.issuer],
+            "scopes_supported": self.scopes,
+            "bearer_methods_supported": ["header"],
+            "resource_name": "MCP server",
+        })
+    }
+
+    /// The caller a request's bearer token names.
+    pub async fn principal(&self, headers: &HeaderMap) -> Result<Principal, Denied> {
+        let token = headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")))
+            .map(str::trim)
+            .ok_or(Denied::Missing)?;
+        let head = jsonwebtoken::decode_header(token).map_err(|e| Denied::Invalid(format!("malformed token: {e}")))?;
+        if head.alg != Algorithm::EdDSA {
+            return Err(Denied::Invalid("unexpected signing algorithm".into()));
+        }
+        let kid = head.kid.ok_or_else(|| Denied::Invalid("the token names no key".into()))?;
+        let key = self.key(&kid).await.ok_or_else(|| Denied::Invalid("unknown signing key".into()))?;
+        let mut validation = Validation::new(Algorithm::EdDSA);
+        validation.set_issuer(&[&self.issuer]);
+        validation.set_audience(&[&self.resource]);
+        validation.set_required_spec_claims(&["exp", "iss", "aud", "sub"]);
+        validation.leeway = 30;
+        let data = jsonwebtoken::decode::<Claims>(token, &key, &validation)
+            .map_err(|e| Denied::Invalid(format!("the token does not verify: {e}")))?;
+        let claims = data.claims;
+        Ok(Principal {
+            subject: claims.sub,
+            scopes: claims.scope.split(' ').filter(|s| !s.is_empty()).map(str::to_owned).collect(),
+            client_id: claims.client_id,
+        })
+    }
+
+    async fn key(&self, kid: &str) -> Option<DecodingKey> {
+        let due = {
+            let keys = self.keys.lock().ok()?;
+            if let Some(key) = keys.0.get(kid) {
+                return Some(key.clone());
+            }
+            keys.1.is_none_or(|at| at.elapsed() >= REFRESH_EVERY)
+        };
+        if !due {
+            return None;
+        }
+        let fetched = self.fetch().await;
+        let mut keys = self.keys.lock().ok()?;
+        keys.1 = Some(Instant::now());
+        match fetched {
+            Ok(set) => keys.0 = set,
+            Err(e) => tracing::warn!(error = %e, "fetching the JWKS failed"),
+        }
+        keys.0.get(kid).cloned()
+    }
+
+    async fn fetch(&self) -> Result<HashMap<String, DecodingKey>, String> {
+        let request = http::Request::get(self.jwks_url.clone()).body(Body::empty()).map_err(|e| e.to_string())?;
+        let response = tokio::time::timeout(Duration::from_secs(5), self.client.request(request))
+            .await
+            .map_err(|_| "timed out".to_owned())?
+            .map_err(|e| e.to_string())?;
+        let body = response.into_body().collect().await.map_err(|e| e.to_string())?.to_bytes();
+        let set: jsonwebtoken::jwk::JwkSet = serde_json::from_slice(&body).map_err(|e| e.to_string())?;
+        Ok(set
+            .keys
+            .iter()
+            .filter_map(|jwk| Some((jwk.common.key_id.clone()?, DecodingKey::from_jwk(jwk).ok()?)))
+            .collect())
+    }
+
+    /// 401 with the challenge that leads a client to sign in.
+    pub fn challenge(&self, denied: &Denied) -> Response {
+        let scope = self.scopes.join(" ");
+        let mut value = format!("Bearer resource_metadata=\"{}\"", self.metadata_url);
+        if !scope.is_empty() {
+            value.push_str(&format!(", scope=\"{scope}\""));
+        }
+        let description = match denied {
+            Denied::Missing => "Authorization required".to_owned(),
+            Denied::Invalid(reason) => {
+                value.push_str(", error=\"invalid_token\"");
+                tracing::debug!(%reason, "token refused");
+                "The access token is invalid or expired".to_owned()
+            }
+        };
+        let body = mcp_proto::jsonrpc::error(None, mcp_proto::vocab::ErrorCode(-32001), &description, None);
+        let mut resp = (StatusCode::UNAUTHORIZED, body).into_response();
+        resp.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        if let Ok(v) = HeaderValue::from_str(&value) {
+            resp.headers_mut().insert(header::WWW_AUTHENTICATE, v);
+        }
+        resp
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn metadata_url_follows_rfc9728() {
+        let a =
+            Auth::new("https://as.example", "https://mcp.example/public/mcp", "http://127.0.0.1:1/oauth/jwks", vec![])
+                .expect("valid");
+        assert_eq!(a.metadata_url, "https://mcp.example/.well-known/oauth-protected-resource/public/mcp");
+        assert_eq!(a.metadata()["resource"], "https://mcp.example/public/mcp");
+    }
+
+    #[tokio::test]
+    async fn missing_and_malformed_tokens_are_denied() {
+        let a =
+            Auth::new("https://as.example", "https://mcp.example/mcp", "http://127.0.0.1:1/jwks", vec!["mcp".into()])
+                .expect("valid");
+        assert_eq!(a.principal(&HeaderMap::new()).await, Err(Denied::Missing));
+        let mut h = HeaderMap::new();
+        h.insert(header::AUTHORIZATION, HeaderValue::from_static("Bearer not.a.jwt"));
+        assert!(matches!(a.principal(&h).await, Err(Denied::Invalid(_))));
+        let resp = a.challenge(&Denied::Missing);
+        let www = resp.headers()[header::WWW_AUTHENTICATE].to_str().expect("ascii");
+        assert!(www.contains("resource_metadata=\"https://mcp.example/.well-known/oauth-protected-resource/mcp\""));
+        assert!(www.contains("scope=\"mcp\""));
+    }
+}
