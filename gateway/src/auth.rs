@@ -31,6 +31,8 @@ pub struct Auth {
     /// Where the protected resource metadata is published.
     pub metadata_url: String,
     pub scopes: Vec<String>,
+    /// Clock skew tolerated on `exp` and `nbf`, in seconds.
+    pub leeway_secs: u64,
     jwks_url: hyper::Uri,
     client: Client<HttpConnector, Body>,
     keys: Mutex<(HashMap<String, DecodingKey>, Option<Instant>)>,
@@ -69,6 +71,7 @@ impl Auth {
             resource: resource.to_owned(),
             metadata_url,
             scopes,
+            leeway_secs: 30,
             jwks_url,
             client: Client::builder(TokioExecutor::new()).build(connector),
             keys: Mutex::new((HashMap::new(), None)),
@@ -104,7 +107,7 @@ impl Auth {
         validation.set_issuer(&[&self.issuer]);
         validation.set_audience(&[&self.resource]);
         validation.set_required_spec_claims(&["exp", "iss", "aud", "sub"]);
-        validation.leeway = 30;
+        validation.leeway = self.leeway_secs;
         let data = jsonwebtoken::decode::<Claims>(token, &key, &validation)
             .map_err(|e| Denied::Invalid(format!("the token does not verify: {e}")))?;
         let claims = data.claims;

@@ -38,6 +38,8 @@ pub struct Config {
     pub issuer: Option<Url>,
     /// Scopes advertised in the protected resource metadata and in challenges.
     pub scopes: Vec<String>,
+    /// Clock skew tolerated when checking token expiry, in seconds.
+    pub clock_skew_secs: u64,
 }
 
 impl Default for Config {
@@ -56,6 +58,7 @@ impl Default for Config {
             auth: "off".to_owned(),
             issuer: None,
             scopes: vec!["mcp".to_owned()],
+            clock_skew_secs: 30,
         }
     }
 }

@@ -74,7 +74,10 @@ pub async fn serve(listener: TcpListener, config: Config, shutdown: Cancellation
         let base = config.public_base(addr);
         let issuer = config.issuer.as_ref().map_or(base.clone(), |u| u.as_str().trim_end_matches('/').to_owned());
         let jwks = format!("{}/oauth/jwks", oauth_url.trim_end_matches('/'));
-        Some(auth::Auth::new(&issuer, &format!("{base}/mcp"), &jwks, config.scopes.clone()).map_err(Error::Config)?)
+        let mut auth =
+            auth::Auth::new(&issuer, &format!("{base}/mcp"), &jwks, config.scopes.clone()).map_err(Error::Config)?;
+        auth.leeway_secs = config.clock_skew_secs;
+        Some(auth)
     } else {
         None
     };

@@ -5,6 +5,7 @@ mod definitions;
 mod errors;
 mod http;
 mod http_backend;
+mod oauth;
 mod process;
 mod sessions;
 mod sql_backend;
