@@ -94,10 +94,12 @@ pub async fn serve(listener: TcpListener, config: Config, shutdown: Cancellation
 
     let drain = state.clone();
     let stop = shutdown.clone();
-    let server = axum::serve(listener, app).with_graceful_shutdown(async move {
-        stop.cancelled().await;
-        drain.draining.store(true, Ordering::SeqCst);
-    });
+    let server = axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>()).with_graceful_shutdown(
+        async move {
+            stop.cancelled().await;
+            drain.draining.store(true, Ordering::SeqCst);
+        },
+    );
     let grace = Duration::from_secs(config.shutdown_grace_secs);
     tokio::select! {
         outcome = server => outcome.map_err(Error::Serve)?,

@@ -5,7 +5,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Body;
-use axum::extract::{Request, State};
+use std::net::SocketAddr;
+
+use axum::extract::{ConnectInfo, Request, State};
 use axum::response::{IntoResponse, Response};
 use http::{StatusCode, Uri, header};
 use hyper_util::client::legacy::Client;
@@ -44,7 +46,11 @@ const HOP_BY_HOP: [&str; 8] = [
     "upgrade",
 ];
 
-pub async fn proxy(State(gw): State<Arc<Gateway>>, mut req: Request) -> Response {
+pub async fn proxy(
+    State(gw): State<Arc<Gateway>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    mut req: Request,
+) -> Response {
     let proxy = &gw.oauth;
     let path = req.uri().path_and_query().map_or("/", |p| p.as_str());
     let uri = format!("{}{}", proxy.base.to_string().trim_end_matches('/'), path);
@@ -54,6 +60,12 @@ pub async fn proxy(State(gw): State<Arc<Gateway>>, mut req: Request) -> Response
     }
     for h in HOP_BY_HOP {
         req.headers_mut().remove(h);
+    }
+    // The client's address, for oauth-service's per-client limits: this hop's peer replaces
+    // whatever the client claimed.
+    req.headers_mut().remove("x-forwarded-for");
+    if let Ok(v) = http::HeaderValue::from_str(&peer.ip().to_string()) {
+        req.headers_mut().insert("x-forwarded-for", v);
     }
     match tokio::time::timeout(Duration::from_secs(30), proxy.client.request(req)).await {
         Ok(Ok(resp)) => {

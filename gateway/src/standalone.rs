@@ -51,6 +51,8 @@ pub async fn run(mut config: Config, shutdown: CancellationToken) -> Result<(), 
         .map_err(|e| Error::Config(format!("oauth-service: {e}")))?;
     oauth_config.resource = url::Url::parse(&format!("{}/mcp", issuer.as_str().trim_end_matches('/'))).ok();
     oauth_config.issuer = issuer;
+    // Only this gateway reaches the embedded service: the client address it forwards is true.
+    oauth_config.trust_forwarded_for = true;
     if config.oauth() && oauth_config.data_dir.is_none() {
         oauth_config.data_dir = Some(config.data_dir.clone());
     }

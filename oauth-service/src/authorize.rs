@@ -5,18 +5,24 @@
 //! Errors about the client or its redirect URI are shown on a page and never redirected (the
 //! URI is not verified); every later error is redirected to the client (RFC 6749 §4.1.2.1).
 //! The sign-in page is the consent page: it names the client, the resource and the scopes.
+//!
+//! A successful sign-in leaves a signed, `HttpOnly`, `SameSite=Lax` session cookie (`Secure` on
+//! an https issuer). A signed-in user who already allowed this client the same scopes is sent
+//! straight back with a code; one who has not sees the consent page without the password
+//! fields. Consent is remembered per user, client and scope set, and revocable.
 
 use std::sync::Arc;
 
 use axum::Form;
 use axum::extract::{Query, State};
-use axum::http::{HeaderValue, StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{Html, IntoResponse, Redirect, Response};
 use hmac::{Hmac, KeyInit, Mac};
 use serde::Deserialize;
 use sha2::Sha256;
 
 use crate::AppState;
+use crate::clients::{self, Lookup};
 use crate::secrets;
 use crate::store::{Code, Grant};
 
@@ -124,14 +130,20 @@ fn redirect_with(app: &AppState, redirect_uri: &str, params: &Params, pairs: &[(
 /// Everything checked before the sign-in page: `Ok` carries the verified redirect URI.
 async fn check(app: &AppState, p: &Params) -> Result<String, Response> {
     let Some(client_id) = p.client_id.as_deref() else { return Err(error_page(app, "client_id is missing")) };
-    let client = match app.store.client(client_id).await {
-        Ok(Some(c)) => c,
-        Ok(None) => return Err(error_page(app, "unknown client")),
-        Err(e) => {
+    let client = match clients::find(app, client_id).await {
+        Ok(c) => c,
+        Err(Lookup::Unknown) => return Err(error_page(app, "unknown client")),
+        Err(Lookup::Invalid(reason)) => {
+            return Err(error_page(app, &format!("the client's metadata document is not acceptable: {reason}")));
+        }
+        Err(Lookup::Store(e)) => {
             tracing::error!(error = %e, "store failed");
             return Err(error_page(app, "the service is unavailable"));
         }
     };
+    if !client.grant_types.iter().any(|g| g == "authorization_code") {
+        return Err(error_page(app, "this client may not use the authorisation code flow"));
+    }
     let redirect_uri = match (&p.redirect_uri, client.redirect_uris.as_slice()) {
         (Some(r), registered) if redirect_registered(r, registered) => r.clone(),
         (None, [only]) => only.clone(),
@@ -182,41 +194,109 @@ fn csrf_valid(app: &AppState, p: &Params, token: &str) -> bool {
     expires > secrets::now() && secrets::equal(&csrf_token(app, p, expires), token)
 }
 
-fn sign_in(app: &AppState, p: &Params, client_name: &str, status: StatusCode, message: Option<&str>) -> Response {
+const SESSION_COOKIE: &str = "mcp_oauth_session";
+/// How long a sign-in lasts in the browser.
+const SESSION_SECS: i64 = 8 * 3600;
+
+fn session_tag(app: &AppState, payload: &str) -> String {
+    let mut mac = HmacSha256::new_from_slice(&app.csrf_key).expect("any key length");
+    mac.update(b"session\0");
+    mac.update(payload.as_bytes());
+    base64::Engine::encode(&base64::engine::general_purpose::URL_SAFE_NO_PAD, mac.finalize().into_bytes())
+}
+
+/// The signed-in user named by the session cookie, if it is ours and current.
+fn session_user(app: &AppState, headers: &HeaderMap) -> Option<String> {
+    let cookie = headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .filter_map(|c| c.trim().strip_prefix(SESSION_COOKIE)?.strip_prefix('='))
+        .next()?;
+    let (payload, tag) = cookie.rsplit_once('.')?;
+    if !secrets::equal(&session_tag(app, payload), tag) {
+        return None;
+    }
+    let decoded = base64::Engine::decode(&base64::engine::general_purpose::URL_SAFE_NO_PAD, payload).ok()?;
+    let text = String::from_utf8(decoded).ok()?;
+    let (expires, user) = text.split_once(':')?;
+    (expires.parse::<i64>().ok()? > secrets::now()).then(|| user.to_owned())
+}
+
+fn session_cookie(app: &AppState, user: &str) -> HeaderValue {
+    let payload = base64::Engine::encode(
+        &base64::engine::general_purpose::URL_SAFE_NO_PAD,
+        format!("{}:{user}", secrets::now() + SESSION_SECS),
+    );
+    let secure = if app.issuer.starts_with("https://") { "; Secure" } else { "" };
+    let value = format!(
+        "{SESSION_COOKIE}={payload}.{}; Path=/oauth; HttpOnly; SameSite=Lax; Max-Age={SESSION_SECS}{secure}",
+        session_tag(app, &payload)
+    );
+    HeaderValue::from_str(&value).unwrap_or_else(|_| HeaderValue::from_static(""))
+}
+
+/// The scope as granted and remembered: its tokens sorted and deduplicated.
+fn scope_set(scope: Option<&str>) -> String {
+    let mut tokens: Vec<&str> = scope.unwrap_or_default().split(' ').filter(|s| !s.is_empty()).collect();
+    tokens.sort_unstable();
+    tokens.dedup();
+    tokens.join(" ")
+}
+
+fn sign_in(
+    app: &AppState,
+    p: &Params,
+    client_name: &str,
+    signed_in_as: Option<&str>,
+    status: StatusCode,
+    message: Option<&str>,
+) -> Response {
     let csrf = csrf_token(app, p, secrets::now() + 600);
     let scopes: Vec<String> =
         p.scope.as_deref().unwrap_or_default().split(' ').filter(|s| !s.is_empty()).map(str::to_owned).collect();
     let message = message.map(str::to_owned);
     let (client_name, resource) = (client_name.to_owned(), app.resource.clone());
+    let signed_in_as = signed_in_as.map(str::to_owned);
     let html = app.pages.render(
         "sign_in",
         minijinja::context! {
             params => minijinja::Value::from(minijinja::value::Serde(p.clone())),
-            csrf, client_name, resource, scopes, message
+            csrf, client_name, resource, scopes, message, signed_in_as
         },
     );
     page(status, html)
 }
 
-pub async fn show(State(app): State<Arc<AppState>>, Query(p): Query<Params>) -> Response {
-    match check(&app, &p).await {
-        Err(resp) => resp,
-        Ok(_) => {
-            let name = client_name(&app, &p).await;
-            sign_in(&app, &p, &name, StatusCode::OK, None)
+pub async fn show(State(app): State<Arc<AppState>>, headers: HeaderMap, Query(p): Query<Params>) -> Response {
+    let redirect_uri = match check(&app, &p).await {
+        Err(resp) => return resp,
+        Ok(r) => r,
+    };
+    let user = session_user(&app, &headers);
+    if let Some(user) = &user {
+        let client_id = p.client_id.as_deref().unwrap_or_default();
+        let scope = scope_set(p.scope.as_deref());
+        match app.store.has_consent(user, client_id, &scope).await {
+            Ok(true) => return grant_code(&app, &p, &redirect_uri, user).await,
+            Ok(false) => {}
+            Err(e) => tracing::error!(error = %e, "store failed"),
         }
     }
+    let name = client_name(&app, &p).await;
+    sign_in(&app, &p, &name, user.as_deref(), StatusCode::OK, None)
 }
 
 async fn client_name(app: &AppState, p: &Params) -> String {
     let id = p.client_id.clone().unwrap_or_default();
-    match app.store.client(&id).await {
-        Ok(Some(c)) => c.name.unwrap_or(id),
-        _ => id,
+    match clients::find(app, &id).await {
+        Ok(c) => c.name.unwrap_or(id),
+        Err(_) => id,
     }
 }
 
-pub async fn submit(State(app): State<Arc<AppState>>, Form(form): Form<Submitted>) -> Response {
+pub async fn submit(State(app): State<Arc<AppState>>, headers: HeaderMap, Form(form): Form<Submitted>) -> Response {
     let p = &form.params;
     let redirect_uri = match check(&app, p).await {
         Err(resp) => return resp,
@@ -228,29 +308,53 @@ pub async fn submit(State(app): State<Arc<AppState>>, Form(form): Form<Submitted
     if form.decision != "allow" {
         return redirect_error(&app, &redirect_uri, p, "access_denied", "the user declined");
     }
-    if !verify_password(&app, &form.username, &form.password).await {
+    // A password in the form signs in (again); otherwise the session must be current.
+    let (user, fresh) = if form.username.is_empty() && form.password.is_empty() {
+        match session_user(&app, &headers) {
+            Some(user) => (user, false),
+            None => {
+                let name = client_name(&app, p).await;
+                return sign_in(&app, p, &name, None, StatusCode::UNAUTHORIZED, Some("Please sign in."));
+            }
+        }
+    } else if verify_password(&app, &form.username, &form.password).await {
+        (form.username.clone(), true)
+    } else {
         let name = client_name(&app, p).await;
-        return sign_in(&app, p, &name, StatusCode::UNAUTHORIZED, Some("Wrong username or password."));
+        return sign_in(&app, p, &name, None, StatusCode::UNAUTHORIZED, Some("Wrong username or password."));
+    };
+    let client_id = p.client_id.as_deref().unwrap_or_default();
+    if let Err(e) = app.store.add_consent(&user, client_id, &scope_set(p.scope.as_deref()), secrets::now()).await {
+        tracing::error!(error = %e, "recording consent failed");
     }
+    let mut resp = grant_code(&app, p, &redirect_uri, &user).await;
+    if fresh {
+        resp.headers_mut().append(header::SET_COOKIE, session_cookie(&app, &user));
+    }
+    resp
+}
+
+/// Issue a code for `user` and send it to the client.
+async fn grant_code(app: &AppState, p: &Params, redirect_uri: &str, user: &str) -> Response {
     let code = secrets::random();
     let record = Code {
         grant: Grant {
             grant_id: secrets::random(),
             client_id: p.client_id.clone().unwrap_or_default(),
-            username: form.username.clone(),
-            scope: p.scope.clone().unwrap_or_default(),
+            username: user.to_owned(),
+            scope: scope_set(p.scope.as_deref()),
             resource: app.resource.clone(),
         },
-        redirect_uri: redirect_uri.clone(),
+        redirect_uri: redirect_uri.to_owned(),
         challenge: p.code_challenge.clone().unwrap_or_default(),
         expires_at: secrets::now() + app.config.code_ttl_secs as i64,
     };
-    if let Err(e) = app.store.insert_code(&secrets::hash(&code), &record).await {
+    if let Err(e) = app.store.insert_code(&secrets::hash(&code), &record, secrets::now()).await {
         tracing::error!(error = %e, "storing a code failed");
-        return redirect_error(&app, &redirect_uri, p, "server_error", "could not issue a code");
+        return redirect_error(app, redirect_uri, p, "server_error", "could not issue a code");
     }
-    tracing::info!(client_id = %record.grant.client_id, user = %form.username, "authorised");
-    redirect_with(&app, &redirect_uri, p, &[("code", &code)])
+    tracing::info!(client_id = %record.grant.client_id, %user, "authorised");
+    redirect_with(app, redirect_uri, p, &[("code", &code)])
 }
 
 /// Verify a password against its argon2 hash, off the async threads. An unknown user costs the

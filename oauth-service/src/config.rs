@@ -27,9 +27,48 @@ pub struct Config {
     pub bootstrap_password: Option<String>,
     /// Dynamic client registration (RFC 7591).
     pub registration: bool,
+    /// Take the client address from the last `X-Forwarded-For` entry (set this when only the
+    /// gateway can reach the service, as in standalone mode and the Kubernetes manifests).
+    pub trust_forwarded_for: bool,
+    /// Registrations accepted per client IP per minute (0: no limit).
+    pub registration_per_minute: u32,
     pub access_token_ttl_secs: u64,
     pub refresh_token_ttl_secs: u64,
     pub code_ttl_secs: u64,
+    /// A rotated refresh token sent again within this many seconds is honoured (clients that
+    /// refresh concurrently); later, its reuse revokes the grant.
+    pub refresh_reuse_grace_secs: u64,
+    /// Client ID Metadata Documents: an https URL as `client_id` is fetched and trusted.
+    pub client_metadata_documents: bool,
+    /// Allow metadata documents on http and on private or loopback addresses (tests only).
+    pub client_metadata_allow_private: bool,
+    /// Clients from configuration, so clients keep working with registration off.
+    pub clients: Vec<StaticClient>,
+}
+
+/// A client declared in configuration.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StaticClient {
+    pub client_id: String,
+    #[serde(default)]
+    pub name: Option<String>,
+    #[serde(default)]
+    pub redirect_uris: Vec<String>,
+    /// The SHA-256 of the client secret, Base64url without padding (`oauth-service hash-secret`
+    /// prints it); absent for a public client.
+    #[serde(default)]
+    pub secret_sha256: Option<String>,
+    /// Default: `authorization_code` and `refresh_token`, or `client_credentials` for a
+    /// confidential client without redirect URIs.
+    #[serde(default)]
+    pub grant_types: Vec<String>,
+    #[serde(default = "default_application_type")]
+    pub application_type: String,
+}
+
+fn default_application_type() -> String {
+    "web".to_owned()
 }
 
 impl Default for Config {
@@ -44,9 +83,15 @@ impl Default for Config {
             bootstrap_user: None,
             bootstrap_password: None,
             registration: true,
+            trust_forwarded_for: false,
+            registration_per_minute: 20,
             access_token_ttl_secs: 3600,
             refresh_token_ttl_secs: 30 * 24 * 3600,
             code_ttl_secs: 60,
+            refresh_reuse_grace_secs: 5,
+            client_metadata_documents: true,
+            client_metadata_allow_private: false,
+            clients: Vec::new(),
         }
     }
 }
@@ -61,9 +106,24 @@ impl Config {
             return Err(format!("issuer: `{}` must not have a query or fragment (RFC 8414)", self.issuer));
         }
         if let Some(db) = &self.database
-            && !db.starts_with("sqlite:")
+            && !(db.starts_with("sqlite:") || db.starts_with("postgres:") || db.starts_with("postgresql:"))
         {
-            return Err("database: must be a sqlite: URL (PostgreSQL storage is not available yet)".into());
+            return Err("database: must be a sqlite: or postgres: URL".into());
+        }
+        for (i, c) in self.clients.iter().enumerate() {
+            let at = format!("clients[{i}] ({})", c.client_id);
+            if c.client_id.is_empty() {
+                return Err(format!("{at}: client_id is empty"));
+            }
+            if c.client_id.starts_with("https://") || c.client_id.starts_with("http://") {
+                return Err(format!("{at}: a URL client_id is a metadata document, not a static client"));
+            }
+            for uri in &c.redirect_uris {
+                crate::registration::redirect_allowed(uri, &c.application_type).map_err(|e| format!("{at}: {e}"))?;
+            }
+            if c.secret_sha256.is_none() && c.redirect_uris.is_empty() {
+                return Err(format!("{at}: a public client needs redirect_uris"));
+            }
         }
         if self.bootstrap_user.is_some() != self.bootstrap_password.is_some() {
             return Err("bootstrap_user and bootstrap_password go together".into());
@@ -88,7 +148,7 @@ impl Config {
     pub fn database_url(&self) -> String {
         match (&self.database, &self.data_dir) {
             (Some(url), _) => url.clone(),
-            (None, Some(dir)) => format!("sqlite://{}?mode=rwc", dir.join("oauth.db").display()),
+            (None, Some(dir)) => format!("sqlite://{}", dir.join("oauth.db").display()),
             (None, None) => "sqlite::memory:".to_owned(),
         }
     }
@@ -105,14 +165,22 @@ pub struct Cli {
     #[arg(long)]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub issuer: Option<Url>,
-    /// Database URL: sqlite://PATH
-    #[arg(long)]
+    /// Database URL: sqlite://PATH or postgres://…
+    #[arg(long, global = true)]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub database: Option<String>,
+    /// Data directory: signing keys and the default SQLite database.
+    #[arg(long, global = true)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub data_dir: Option<PathBuf>,
     /// TOML configuration file.
-    #[arg(long)]
+    #[arg(long, global = true)]
     #[serde(skip)]
     pub config: Option<PathBuf>,
+    /// An administration command; without one, the server runs.
+    #[command(subcommand)]
+    #[serde(skip)]
+    pub command: Option<crate::admin::Command>,
 }
 
 impl Cli {

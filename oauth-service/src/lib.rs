@@ -1,19 +1,25 @@
 //! # oauth-service: the OAuth 2.0 authorisation server
 //!
-//! Publishes RFC 8414 metadata for the MCP resource that the gateway protects. Registration,
-//! authorisation, tokens and the sign-in pages build on this service.
+//! Signs users in for the MCP resource that the gateway protects and issues the tokens the
+//! gateway checks locally.
 //!
 //! ## Layout
 //! - [`config`]: the typed configuration.
 //! - [`metadata`]: the RFC 8414 authorisation server metadata document.
-//! - [`registration`]: dynamic client registration (RFC 7591).
-//! - [`authorize`]: the authorisation endpoint and its sign-in page (PKCE S256, RFC 9207 `iss`).
-//! - [`token`]: code and refresh-token grants; JWT access tokens.
-//! - [`keys`]: the signing key and its JWKS; [`store`]: SQLite storage; [`secrets`]: hashing,
-//!   PKCE, constant-time comparison.
+//! - [`clients`]: where clients come from: registered, static, or Client ID Metadata Documents.
+//! - [`registration`]: dynamic client registration (RFC 7591), rate limited.
+//! - [`authorize`]: the authorisation endpoint and its sign-in and consent page (PKCE S256,
+//!   RFC 9207 `iss`, RFC 8707 `resource`).
+//! - [`token`]: code, refresh-token and client-credentials grants; JWT access tokens;
+//!   revocation (RFC 7009) and introspection (RFC 7662).
+//! - [`keys`]: the signing keys, their rotation and the JWKS; [`store`]: SQLite or PostgreSQL
+//!   storage; [`secrets`]: hashing, PKCE, constant-time comparison.
+//! - [`admin`]: the operator's commands (users, clients, keys).
 //! - [`serve`]: the HTTP routes, health endpoints and graceful shutdown.
 
+pub mod admin;
 pub mod authorize;
+pub mod clients;
 pub mod config;
 pub mod keys;
 pub mod metadata;
@@ -54,6 +60,8 @@ pub struct AppState {
     pub resource: String,
     pub store: store::Store,
     pub keys: keys::Keys,
+    pub documents: clients::Documents,
+    pub registrations: registration::Limiter,
     pub pages: authorize::Pages,
     pub csrf_key: [u8; 32],
     /// A hash to verify against when the user is unknown, so timing does not tell.
@@ -61,7 +69,7 @@ pub struct AppState {
     draining: AtomicBool,
 }
 
-fn hash_password(password: &str) -> Result<String, String> {
+pub fn hash_password(password: &str) -> Result<String, String> {
     use argon2::password_hash::PasswordHasher as _;
     argon2::Argon2::default().hash_password(password.as_bytes()).map(|h| h.to_string()).map_err(|e| e.to_string())
 }
@@ -69,14 +77,18 @@ fn hash_password(password: &str) -> Result<String, String> {
 /// Open storage and keys, and create the bootstrap user.
 async fn state(config: Config) -> Result<AppState, Error> {
     let store = store::Store::open(&config.database_url()).await.map_err(|e| Error::Store(e.to_string()))?;
-    let keys = keys::Keys::load_or_create(config.data_dir.as_deref()).map_err(Error::Store)?;
+    let keys =
+        keys::Keys::load_or_create(config.data_dir.as_deref(), config.access_token_ttl_secs).map_err(Error::Store)?;
+    for c in &config.clients {
+        store.upsert_client(&clients::from_config(c), secrets::now()).await.map_err(|e| Error::Store(e.to_string()))?;
+    }
     if let (Some(user), Some(password)) = (&config.bootstrap_user, &config.bootstrap_password) {
         let password = password.clone();
         let hash = tokio::task::spawn_blocking(move || hash_password(&password))
             .await
             .map_err(|e| Error::Store(e.to_string()))?
             .map_err(Error::Store)?;
-        store.upsert_user(user, &hash).await.map_err(|e| Error::Store(e.to_string()))?;
+        store.upsert_user(user, &hash, secrets::now()).await.map_err(|e| Error::Store(e.to_string()))?;
         tracing::info!(%user, "bootstrap user ready");
     }
     let dummy_hash = tokio::task::spawn_blocking(|| hash_password("not a password"))
@@ -86,6 +98,8 @@ async fn state(config: Config) -> Result<AppState, Error> {
     let mut csrf_key = [0u8; 32];
     rand::fill(&mut csrf_key);
     Ok(AppState {
+        documents: clients::Documents::new(&config).map_err(Error::Store)?,
+        registrations: registration::Limiter::new(config.registration_per_minute),
         issuer: config.issuer_base(),
         resource: config.resource_url(),
         store,
@@ -110,9 +124,10 @@ pub async fn serve(listener: TcpListener, config: Config, shutdown: Cancellation
     let addr = listener.local_addr().map_err(|source| Error::Bind { addr: config.listen, source })?;
     let state = Arc::new(state(config).await?);
     let app = router(state.clone());
+    tokio::spawn(housekeeping(state.clone(), shutdown.clone()));
     tracing::info!(service = "oauth-service", %addr, issuer = %state.config.issuer, "listening");
     let drain = state.clone();
-    axum::serve(listener, app)
+    axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>())
         .with_graceful_shutdown(async move {
             shutdown.cancelled().await;
             drain.draining.store(true, Ordering::SeqCst);
@@ -123,16 +138,56 @@ pub async fn serve(listener: TcpListener, config: Config, shutdown: Cancellation
     Ok(())
 }
 
+/// Every few seconds: pick up rotated keys; every hour: drop expired codes and tokens.
+async fn housekeeping(state: Arc<AppState>, shutdown: CancellationToken) {
+    let mut tick = tokio::time::interval(std::time::Duration::from_secs(5));
+    let mut n: u64 = 0;
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = tick.tick() => {}
+        }
+        if let Err(e) = state.keys.reload() {
+            tracing::warn!(error = %e, "re-reading the signing keys failed; keeping the current ones");
+        }
+        if n.is_multiple_of(720) {
+            if let Err(e) = state.store.sweep(secrets::now()).await {
+                tracing::warn!(error = %e, "sweeping expired records failed");
+            }
+            state.registrations.forget_idle();
+        }
+        n += 1;
+    }
+}
+
 fn router(state: Arc<AppState>) -> Router {
-    Router::new()
+    // The metadata also answers at the path-suffixed location of an issuer with a path
+    // (RFC 8414 §3.1), and under the OpenID Connect discovery name clients also try.
+    let issuer_path =
+        url::Url::parse(&state.issuer).map(|u| u.path().trim_end_matches('/').to_owned()).unwrap_or_default();
+    let mut router = Router::new()
         .route("/.well-known/oauth-authorization-server", get(metadata_document))
-        .route("/oauth/jwks", get(|State(app): State<Arc<AppState>>| async move { axum::Json(app.keys.jwks()) }))
+        .route("/.well-known/openid-configuration", get(metadata_document));
+    if !issuer_path.is_empty() {
+        router = router
+            .route(&format!("/.well-known/oauth-authorization-server{issuer_path}"), get(metadata_document))
+            .route(&format!("/.well-known/openid-configuration{issuer_path}"), get(metadata_document))
+            .route(&format!("{issuer_path}/.well-known/openid-configuration"), get(metadata_document));
+    }
+    router
+        .route("/oauth/jwks", get(jwks))
         .route("/oauth/register", axum::routing::post(registration::register))
         .route("/oauth/authorize", get(authorize::show).post(authorize::submit))
         .route("/oauth/token", axum::routing::post(token::token))
+        .route("/oauth/revoke", axum::routing::post(token::revoke))
+        .route("/oauth/introspect", axum::routing::post(token::introspect))
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(ready))
         .with_state(state)
+}
+
+async fn jwks(State(app): State<Arc<AppState>>) -> impl axum::response::IntoResponse {
+    ([(axum::http::header::CACHE_CONTROL, "public, max-age=60")], axum::Json(app.keys.jwks()))
 }
 
 async fn metadata_document(State(state): State<Arc<AppState>>) -> impl axum::response::IntoResponse {

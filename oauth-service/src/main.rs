@@ -4,7 +4,8 @@ use oauth_service::config::Cli;
 #[tokio::main]
 async fn main() {
     mcp_proto::runtime::init_logging();
-    let cli = Cli::parse();
+    let mut cli = Cli::parse();
+    let command = cli.command.take();
     let config = match cli.load() {
         Ok(c) => c,
         Err(e) => {
@@ -12,6 +13,20 @@ async fn main() {
             std::process::exit(mcp_proto::runtime::EXIT_CONFIG);
         }
     };
+    if let Some(command) = command {
+        match oauth_service::admin::run(command, &config).await {
+            Ok(out) => {
+                if !out.is_empty() {
+                    println!("{out}");
+                }
+                return;
+            }
+            Err(e) => {
+                eprintln!("oauth-service: {e}");
+                std::process::exit(1);
+            }
+        }
+    }
     let shutdown = mcp_proto::runtime::shutdown_on_signal();
     if let Err(e) = oauth_service::run(config, shutdown).await {
         tracing::error!(error = %e, "oauth-service failed");

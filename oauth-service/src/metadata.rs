@@ -6,20 +6,28 @@ use crate::config::Config;
 
 pub fn document(config: &Config) -> Value {
     let base = config.issuer_base();
-    json!({
+    let mut doc = json!({
         "issuer": config.issuer.as_str().trim_end_matches('/'),
         "authorization_endpoint": format!("{base}/oauth/authorize"),
         "token_endpoint": format!("{base}/oauth/token"),
-        "registration_endpoint": format!("{base}/oauth/register"),
         "jwks_uri": format!("{base}/oauth/jwks"),
+        "revocation_endpoint": format!("{base}/oauth/revoke"),
+        "introspection_endpoint": format!("{base}/oauth/introspect"),
         "response_types_supported": ["code"],
         "response_modes_supported": ["query"],
-        "grant_types_supported": ["authorization_code", "refresh_token"],
+        "grant_types_supported": ["authorization_code", "refresh_token", "client_credentials"],
         "code_challenge_methods_supported": ["S256"],
         "token_endpoint_auth_methods_supported": ["none", "client_secret_basic", "client_secret_post"],
+        "revocation_endpoint_auth_methods_supported": ["none", "client_secret_basic", "client_secret_post"],
+        "introspection_endpoint_auth_methods_supported": ["client_secret_basic", "client_secret_post"],
+        "client_id_metadata_document_supported": config.client_metadata_documents,
         "authorization_response_iss_parameter_supported": true,
         "scopes_supported": config.scopes,
-    })
+    });
+    if config.registration {
+        doc["registration_endpoint"] = json!(format!("{base}/oauth/register"));
+    }
+    doc
 }
 
 #[cfg(test)]

@@ -1,10 +1,15 @@
 //! Dynamic client registration (RFC 7591), honouring `application_type` (native clients
-//! redirect to loopback or private-use schemes; web clients to https).
+//! redirect to loopback or private-use schemes; web clients to https), rate limited per client
+//! address (429 with `Retry-After`).
+
+use std::net::{IpAddr, SocketAddr};
+use std::num::NonZeroU32;
 
 use axum::Json;
-use axum::extract::State;
-use axum::http::StatusCode;
+use axum::extract::{ConnectInfo, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
 use serde::Deserialize;
 use serde_json::json;
 use std::sync::Arc;
@@ -29,6 +34,48 @@ pub struct Request {
     application_type: Option<String>,
 }
 
+/// Registrations per client address.
+pub struct Limiter(Option<DefaultKeyedRateLimiter<IpAddr>>);
+
+impl Limiter {
+    pub fn new(per_minute: u32) -> Self {
+        Self(NonZeroU32::new(per_minute).map(|n| RateLimiter::keyed(Quota::per_minute(n))))
+    }
+
+    /// `Err(seconds to wait)` when `ip` has registered too often.
+    pub fn check(&self, ip: IpAddr) -> Result<(), u64> {
+        let Some(limiter) = &self.0 else { return Ok(()) };
+        limiter.check_key(&ip).map_err(|not_until| {
+            let wait = not_until.wait_time_from(governor::clock::Clock::now(&governor::clock::DefaultClock::default()));
+            wait.as_secs().max(1)
+        })
+    }
+
+    /// Forget addresses that have not registered lately (bounded memory).
+    pub fn forget_idle(&self) {
+        if let Some(limiter) = &self.0 {
+            limiter.retain_recent();
+        }
+    }
+}
+
+/// The address a request came from: the peer, or — when the operator says a proxy in front
+/// (the gateway) is trusted — the last address that proxy added to `X-Forwarded-For`.
+pub fn client_ip(trust_forwarded: bool, peer: SocketAddr, headers: &HeaderMap) -> IpAddr {
+    if trust_forwarded
+        && let Some(ip) = headers
+            .get_all("x-forwarded-for")
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(','))
+            .filter_map(|s| s.trim().parse::<IpAddr>().ok())
+            .next_back()
+    {
+        return ip;
+    }
+    peer.ip()
+}
+
 pub fn error(status: StatusCode, code: &str, description: &str) -> Response {
     (status, [("cache-control", "no-store")], Json(json!({ "error": code, "error_description": description })))
         .into_response()
@@ -50,33 +97,57 @@ pub fn redirect_allowed(uri: &str, application_type: &str) -> Result<(), String>
     }
 }
 
-pub async fn register(State(app): State<Arc<AppState>>, Json(req): Json<Request>) -> Response {
+pub async fn register(
+    State(app): State<Arc<AppState>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+    body: Result<Json<Request>, axum::extract::rejection::JsonRejection>,
+) -> Response {
     if !app.config.registration {
         return error(StatusCode::FORBIDDEN, "access_denied", "dynamic client registration is turned off");
     }
+    if let Err(wait) = app.registrations.check(client_ip(app.config.trust_forwarded_for, peer, &headers)) {
+        let mut resp = error(StatusCode::TOO_MANY_REQUESTS, "slow_down", "too many registrations; try again later");
+        if let Ok(v) = HeaderValue::from_str(&wait.to_string()) {
+            resp.headers_mut().insert(header::RETRY_AFTER, v);
+        }
+        return resp;
+    }
+    let req = match body {
+        Ok(Json(req)) => req,
+        Err(e) => return error(StatusCode::BAD_REQUEST, "invalid_client_metadata", &e.body_text()),
+    };
     let application_type = req.application_type.clone().unwrap_or_else(|| "web".to_owned());
     if application_type != "web" && application_type != "native" {
         return error(StatusCode::BAD_REQUEST, "invalid_client_metadata", "application_type must be web or native");
     }
-    if req.redirect_uris.is_empty() {
+    let auth_method = req.token_endpoint_auth_method.clone().unwrap_or_else(|| "client_secret_basic".to_owned());
+    if !["none", "client_secret_basic", "client_secret_post"].contains(&auth_method.as_str()) {
+        return error(StatusCode::BAD_REQUEST, "invalid_client_metadata", "unsupported token_endpoint_auth_method");
+    }
+    let grants = req.grant_types.clone().unwrap_or_else(|| vec!["authorization_code".into(), "refresh_token".into()]);
+    let allowed = |g: &str| match g {
+        "authorization_code" | "refresh_token" => true,
+        "client_credentials" => auth_method != "none",
+        _ => false,
+    };
+    if let Some(g) = grants.iter().find(|g| !allowed(g)) {
+        return error(
+            StatusCode::BAD_REQUEST,
+            "invalid_client_metadata",
+            &format!(
+                "grant_types: `{g}` is not available (authorization_code, refresh_token; client_credentials for confidential clients)"
+            ),
+        );
+    }
+    let uses_redirects = grants.iter().any(|g| g == "authorization_code");
+    if uses_redirects && req.redirect_uris.is_empty() {
         return error(StatusCode::BAD_REQUEST, "invalid_redirect_uri", "at least one redirect_uri is required");
     }
     for uri in &req.redirect_uris {
         if let Err(e) = redirect_allowed(uri, &application_type) {
             return error(StatusCode::BAD_REQUEST, "invalid_redirect_uri", &e);
         }
-    }
-    let auth_method = req.token_endpoint_auth_method.clone().unwrap_or_else(|| "client_secret_basic".to_owned());
-    if !["none", "client_secret_basic", "client_secret_post"].contains(&auth_method.as_str()) {
-        return error(StatusCode::BAD_REQUEST, "invalid_client_metadata", "unsupported token_endpoint_auth_method");
-    }
-    let grants = req.grant_types.clone().unwrap_or_else(|| vec!["authorization_code".into()]);
-    if grants.iter().any(|g| g != "authorization_code" && g != "refresh_token") {
-        return error(
-            StatusCode::BAD_REQUEST,
-            "invalid_client_metadata",
-            "grant_types: authorization_code and refresh_token only",
-        );
     }
     if req.response_types.as_ref().is_some_and(|r| r.iter().any(|t| t != "code")) {
         return error(StatusCode::BAD_REQUEST, "invalid_client_metadata", "response_types: code only");
@@ -89,6 +160,8 @@ pub async fn register(State(app): State<Arc<AppState>>, Json(req): Json<Request>
         name: req.client_name.clone(),
         application_type: application_type.clone(),
         auth_method: auth_method.clone(),
+        grant_types: grants.clone(),
+        source: "dynamic".to_owned(),
     };
     let now = secrets::now();
     if let Err(e) = app.store.insert_client(&client, now).await {

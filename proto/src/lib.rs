@@ -13,6 +13,7 @@
 pub mod envelope;
 pub mod header_codec;
 pub mod jsonrpc;
+pub mod outbound;
 pub mod runtime;
 pub mod vocab;
 

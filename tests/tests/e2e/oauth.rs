@@ -179,7 +179,7 @@ async fn from_a_401_to_tool_calls_in_both_eras() {
 #[tokio::test]
 async fn refresh_token_reuse_revokes_the_grant() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let stack = secured(&dir, &[]).await;
+    let stack = secured(&dir, &[("OAUTH_REFRESH_REUSE_GRACE_SECS", "0")]).await;
     let oauth = OAuth::new(&stack.base);
     let (client_id, tokens) = sign_in(&oauth).await;
     let first = tokens["refresh_token"].as_str().expect("refresh").to_owned();
