@@ -90,8 +90,8 @@ pub fn router(state: Arc<Gateway>, max_body_bytes: usize) -> Router {
 /// RFC 9728 metadata (404 when authentication is off).
 async fn protected_resource(State(gw): State<Arc<Gateway>>) -> Response {
     match &gw.auth {
-        Some(auth) => axum::Json(auth.metadata()).into_response(),
-        None => StatusCode::NOT_FOUND.into_response(),
+        Some(auth) if auth.oauth() => axum::Json(auth.metadata()).into_response(),
+        _ => StatusCode::NOT_FOUND.into_response(),
     }
 }
 
@@ -240,7 +240,14 @@ async fn mcp_post(State(gw): State<Arc<Gateway>>, headers: HeaderMap, body: Byte
         accepts_stream: accepts.stream,
         param_headers: param_headers(&headers),
     };
-    forward::forward(gw.mcp.clone(), request, accepts, id).await
+    let mut resp = forward::forward(gw.mcp.clone(), request, accepts, id).await;
+    if let (Some(auth), Some(forward::RequiredScopes(scopes))) =
+        (&gw.auth, resp.extensions().get::<forward::RequiredScopes>().cloned())
+        && let Some(v) = auth.insufficient_scope(&scopes)
+    {
+        resp.headers_mut().insert(header::WWW_AUTHENTICATE, v);
+    }
+    resp
 }
 
 /// `Mcp-Param-{Name}` headers, by lower-case name without the prefix.

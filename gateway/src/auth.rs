@@ -3,6 +3,10 @@
 //! id appears), issuer, audience (this MCP endpoint), expiry — with no call per request.
 //! Requests without a valid token get 401 and a `WWW-Authenticate` challenge that points to
 //! the protected resource metadata.
+//!
+//! A second scheme serves machine clients: static API tokens, configured by their SHA-256 hash
+//! only, each with a name and scopes, compared in constant time. With `--auth token` they are the
+//! only scheme; with `--auth oauth` they are accepted beside JWTs.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -23,6 +27,25 @@ use serde_json::{Value, json};
 /// How often the key set may be fetched again for an unknown key id.
 const REFRESH_EVERY: Duration = Duration::from_secs(10);
 
+/// A static API token as configured.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ApiToken {
+    /// Who the token stands for (the subject of its requests).
+    pub name: String,
+    /// SHA-256 of the token, Base64url without padding.
+    pub sha256: String,
+    #[serde(default)]
+    pub scopes: Vec<String>,
+}
+
+/// What is stored for a token: its SHA-256, Base64url without padding.
+pub fn token_hash(token: &str) -> String {
+    use base64::Engine as _;
+    use sha2::Digest as _;
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(sha2::Sha256::digest(token.as_bytes()))
+}
+
 pub struct Auth {
     /// The expected `iss`.
     pub issuer: String,
@@ -33,7 +56,9 @@ pub struct Auth {
     pub scopes: Vec<String>,
     /// Clock skew tolerated on `exp` and `nbf`, in seconds.
     pub leeway_secs: u64,
-    jwks_url: hyper::Uri,
+    /// `None` with `--auth token`: no authorisation server.
+    jwks_url: Option<hyper::Uri>,
+    api_tokens: Vec<ApiToken>,
     client: Client<HttpConnector, Body>,
     keys: Mutex<(HashMap<String, DecodingKey>, Option<Instant>)>,
 }
@@ -57,8 +82,18 @@ pub enum Denied {
 }
 
 impl Auth {
-    pub fn new(issuer: &str, resource: &str, jwks_url: &str, scopes: Vec<String>) -> Result<Self, String> {
-        let jwks_url: hyper::Uri = jwks_url.parse().map_err(|e| format!("jwks url `{jwks_url}`: {e}"))?;
+    /// `jwks_url` `None`: API tokens only.
+    pub fn new(
+        issuer: &str,
+        resource: &str,
+        jwks_url: Option<&str>,
+        scopes: Vec<String>,
+        api_tokens: Vec<ApiToken>,
+    ) -> Result<Self, String> {
+        let jwks_url = match jwks_url {
+            Some(u) => Some(u.parse::<hyper::Uri>().map_err(|e| format!("jwks url `{u}`: {e}"))?),
+            None => None,
+        };
         let resource_url = url::Url::parse(resource).map_err(|e| format!("resource `{resource}`: {e}"))?;
         // RFC 9728 §3.1: the well-known path goes between the host and the resource's path.
         let path = resource_url.path().trim_end_matches('/');
@@ -73,6 +108,7 @@ impl Auth {
             scopes,
             leeway_secs: 30,
             jwks_url,
+            api_tokens,
             client: Client::builder(TokioExecutor::new()).build(connector),
             keys: Mutex::new((HashMap::new(), None)),
         })
@@ -97,6 +133,12 @@ impl Auth {
             .and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")))
             .map(str::trim)
             .ok_or(Denied::Missing)?;
+        if let Some(p) = self.api_token(token) {
+            return Ok(p);
+        }
+        if self.jwks_url.is_none() {
+            return Err(Denied::Invalid("unknown API token".into()));
+        }
         let head = jsonwebtoken::decode_header(token).map_err(|e| Denied::Invalid(format!("malformed token: {e}")))?;
         if head.alg != Algorithm::EdDSA {
             return Err(Denied::Invalid("unexpected signing algorithm".into()));
@@ -116,6 +158,27 @@ impl Auth {
             scopes: claims.scope.split(' ').filter(|s| !s.is_empty()).map(str::to_owned).collect(),
             client_id: claims.client_id,
         })
+    }
+
+    /// The principal of a configured API token; every configured hash is compared, in
+    /// constant time, so timing tells nothing about which one was close.
+    fn api_token(&self, token: &str) -> Option<Principal> {
+        if self.api_tokens.is_empty() {
+            return None;
+        }
+        let hash = token_hash(token);
+        let mut found = None;
+        for t in &self.api_tokens {
+            if bool::from(subtle::ConstantTimeEq::ct_eq(t.sha256.as_bytes(), hash.as_bytes())) {
+                found = Some(t);
+            }
+        }
+        found.map(|t| Principal { subject: t.name.clone(), scopes: t.scopes.clone(), client_id: "api-token".into() })
+    }
+
+    /// Whether this is OAuth (with metadata to publish), not API tokens alone.
+    pub fn oauth(&self) -> bool {
+        self.jwks_url.is_some()
     }
 
     async fn key(&self, kid: &str) -> Option<DecodingKey> {
@@ -140,7 +203,8 @@ impl Auth {
     }
 
     async fn fetch(&self) -> Result<HashMap<String, DecodingKey>, String> {
-        let request = http::Request::get(self.jwks_url.clone()).body(Body::empty()).map_err(|e| e.to_string())?;
+        let url = self.jwks_url.clone().ok_or("no key set")?;
+        let request = http::Request::get(url).body(Body::empty()).map_err(|e| e.to_string())?;
         let response = tokio::time::timeout(Duration::from_secs(5), self.client.request(request))
             .await
             .map_err(|_| "timed out".to_owned())?
@@ -154,11 +218,25 @@ impl Auth {
             .collect())
     }
 
+    /// The challenge on a 403: the scopes to ask for in a new authorisation (step-up).
+    pub fn insufficient_scope(&self, scopes: &[String]) -> Option<HeaderValue> {
+        let value = format!(
+            "Bearer error=\"insufficient_scope\", scope=\"{}\", resource_metadata=\"{}\", error_description=\"The access token lacks a scope this request needs\"",
+            scopes.join(" "),
+            self.metadata_url
+        );
+        HeaderValue::from_str(&value).ok()
+    }
+
     /// 401 with the challenge that leads a client to sign in.
     pub fn challenge(&self, denied: &Denied) -> Response {
         let scope = self.scopes.join(" ");
-        let mut value = format!("Bearer resource_metadata=\"{}\"", self.metadata_url);
-        if !scope.is_empty() {
+        let mut value = if self.oauth() {
+            format!("Bearer resource_metadata=\"{}\"", self.metadata_url)
+        } else {
+            "Bearer realm=\"mcp\"".to_owned()
+        };
+        if !scope.is_empty() && self.oauth() {
             value.push_str(&format!(", scope=\"{scope}\""));
         }
         let description = match denied {
@@ -185,18 +263,28 @@ mod tests {
 
     #[test]
     fn metadata_url_follows_rfc9728() {
-        let a =
-            Auth::new("https://as.example", "https://mcp.example/public/mcp", "http://127.0.0.1:1/oauth/jwks", vec![])
-                .expect("valid");
+        let a = Auth::new(
+            "https://as.example",
+            "https://mcp.example/public/mcp",
+            Some("http://127.0.0.1:1/oauth/jwks"),
+            vec![],
+            vec![],
+        )
+        .expect("valid");
         assert_eq!(a.metadata_url, "https://mcp.example/.well-known/oauth-protected-resource/public/mcp");
         assert_eq!(a.metadata()["resource"], "https://mcp.example/public/mcp");
     }
 
     #[tokio::test]
     async fn missing_and_malformed_tokens_are_denied() {
-        let a =
-            Auth::new("https://as.example", "https://mcp.example/mcp", "http://127.0.0.1:1/jwks", vec!["mcp".into()])
-                .expect("valid");
+        let a = Auth::new(
+            "https://as.example",
+            "https://mcp.example/mcp",
+            Some("http://127.0.0.1:1/jwks"),
+            vec!["mcp".into()],
+            vec![],
+        )
+        .expect("valid");
         assert_eq!(a.principal(&HeaderMap::new()).await, Err(Denied::Missing));
         let mut h = HeaderMap::new();
         h.insert(header::AUTHORIZATION, HeaderValue::from_static("Bearer not.a.jwt"));
@@ -205,5 +293,19 @@ mod tests {
         let www = resp.headers()[header::WWW_AUTHENTICATE].to_str().expect("ascii");
         assert!(www.contains("resource_metadata=\"https://mcp.example/.well-known/oauth-protected-resource/mcp\""));
         assert!(www.contains("scope=\"mcp\""));
+    }
+
+    #[tokio::test]
+    async fn api_tokens_name_their_principal() {
+        let token = ApiToken { name: "ci-bot".into(), sha256: token_hash("s3cret-token"), scopes: vec!["mcp".into()] };
+        let a = Auth::new("https://mcp.example", "https://mcp.example/mcp", None, vec![], vec![token]).expect("valid");
+        let mut h = HeaderMap::new();
+        h.insert(header::AUTHORIZATION, HeaderValue::from_static("Bearer s3cret-token"));
+        let p = a.principal(&h).await.expect("accepted");
+        assert_eq!((p.subject.as_str(), p.scopes.as_slice()), ("ci-bot", ["mcp".to_owned()].as_slice()));
+        h.insert(header::AUTHORIZATION, HeaderValue::from_static("Bearer s3cret-tokeN"));
+        assert!(matches!(a.principal(&h).await, Err(Denied::Invalid(_))));
+        let www = a.challenge(&Denied::Missing);
+        assert_eq!(www.headers()[header::WWW_AUTHENTICATE], "Bearer realm=\"mcp\"");
     }
 }

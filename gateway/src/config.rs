@@ -40,6 +40,10 @@ pub struct Config {
     pub scopes: Vec<String>,
     /// Clock skew tolerated when checking token expiry, in seconds.
     pub clock_skew_secs: u64,
+    /// Static API tokens (by SHA-256), for `--auth token`, and beside OAuth with `--auth oauth`.
+    pub api_tokens: Vec<crate::auth::ApiToken>,
+    /// Serve without authentication on a non-loopback address (refused unless set).
+    pub allow_unauthenticated: bool,
 }
 
 impl Default for Config {
@@ -59,6 +63,8 @@ impl Default for Config {
             issuer: None,
             scopes: vec!["mcp".to_owned()],
             clock_skew_secs: 30,
+            api_tokens: Vec::new(),
+            allow_unauthenticated: false,
         }
     }
 }
@@ -74,6 +80,17 @@ impl Config {
 
     pub fn oauth(&self) -> bool {
         self.auth == "oauth"
+    }
+
+    /// Refuse to serve an unauthenticated endpoint beyond this machine by accident.
+    pub fn check_exposure(&self, bound: SocketAddr) -> Result<(), String> {
+        if self.auth == "off" && !bound.ip().is_loopback() && !self.allow_unauthenticated {
+            return Err(format!(
+                "auth: refusing to serve {bound} without authentication; use --auth oauth or token, or set \
+                 allow_unauthenticated = true (GATEWAY_ALLOW_UNAUTHENTICATED=true) if something in front authenticates"
+            ));
+        }
+        Ok(())
     }
 
     pub fn origin_policy(&self, bound: SocketAddr) -> OriginPolicy {
@@ -116,7 +133,7 @@ pub struct Cli {
     #[arg(long)]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub data_dir: Option<PathBuf>,
-    /// `off` or `oauth` (require bearer tokens on /mcp).
+    /// `off`, `oauth` (bearer JWTs from the authorisation server) or `token` (static API tokens).
     #[arg(long)]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub auth: Option<String>,
@@ -143,8 +160,19 @@ impl Cli {
                 );
             }
         }
-        if config.auth != "off" && config.auth != "oauth" {
-            return Err(format!("auth: `{}` must be off or oauth", config.auth));
+        if !["off", "oauth", "token"].contains(&config.auth.as_str()) {
+            return Err(format!("auth: `{}` must be off, oauth or token", config.auth));
+        }
+        config.check_exposure(config.listen)?;
+        if config.auth == "token" && config.api_tokens.is_empty() {
+            return Err("auth: `token` needs at least one entry in api_tokens".into());
+        }
+        for (i, t) in config.api_tokens.iter().enumerate() {
+            if t.name.is_empty() || t.sha256.len() != 43 {
+                return Err(format!(
+                    "api_tokens[{i}]: needs a name and the token's SHA-256, Base64url (43 characters)"
+                ));
+            }
         }
         if config.max_body_bytes == 0 {
             return Err("max_body_bytes: must be greater than 0".into());

@@ -21,6 +21,7 @@ pub fn status_of(d: Disposition) -> StatusCode {
     match d {
         Disposition::Rejected => StatusCode::BAD_REQUEST,
         Disposition::UnknownMethod | Disposition::SessionNotFound => StatusCode::NOT_FOUND,
+        Disposition::InsufficientScope => StatusCode::FORBIDDEN,
         Disposition::Accepted => StatusCode::ACCEPTED,
         Disposition::Reply | Disposition::Interim | Disposition::Unspecified => StatusCode::OK,
     }
@@ -45,7 +46,12 @@ fn final_response(frame: pb::McpFrame) -> Response {
         *r.status_mut() = StatusCode::ACCEPTED;
         r
     } else {
-        json_response(status_of(disposition), frame.json)
+        let scopes = (disposition == Disposition::InsufficientScope).then(|| required_scopes(&frame.json));
+        let mut r = json_response(status_of(disposition), frame.json);
+        if let Some(scopes) = scopes {
+            r.extensions_mut().insert(RequiredScopes(scopes));
+        }
+        r
     };
     if let Ok(v) = HeaderValue::from_str(&frame.session_id)
         && !frame.session_id.is_empty()
@@ -53,6 +59,18 @@ fn final_response(frame: pb::McpFrame) -> Response {
         resp.headers_mut().insert(mcp_proto::vocab::header::SESSION_ID, v);
     }
     resp
+}
+
+/// On a 403 reply: the scopes the request needed, for the `insufficient_scope` challenge.
+#[derive(Clone, Debug)]
+pub struct RequiredScopes(pub Vec<String>);
+
+fn required_scopes(json: &[u8]) -> Vec<String> {
+    serde_json::from_slice::<serde_json::Value>(json)
+        .ok()
+        .and_then(|v| v.pointer("/error/data/requiredScopes").cloned())
+        .and_then(|v| serde_json::from_value(v).ok())
+        .unwrap_or_default()
 }
 
 fn sse_event(json: &[u8]) -> Result<Event, Infallible> {
@@ -85,7 +103,9 @@ pub async fn forward(
         Err(status) => return unavailable(status),
     };
     let streaming = first.disposition() == Disposition::Interim;
-    if !streaming && (accepts.json || first.disposition() == Disposition::Accepted) {
+    if !streaming
+        && (accepts.json || matches!(first.disposition(), Disposition::Accepted | Disposition::InsufficientScope))
+    {
         return final_response(first);
     }
     if !accepts.stream {

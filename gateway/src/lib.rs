@@ -70,16 +70,22 @@ pub async fn serve(listener: TcpListener, config: Config, shutdown: Cancellation
         .tcp_nodelay(true)
         .http2_keep_alive_interval(Duration::from_secs(30))
         .connect_lazy();
-    let auth = if config.oauth() {
+    let auth = if config.auth == "off" {
+        None
+    } else {
         let base = config.public_base(addr);
         let issuer = config.issuer.as_ref().map_or(base.clone(), |u| u.as_str().trim_end_matches('/').to_owned());
-        let jwks = format!("{}/oauth/jwks", oauth_url.trim_end_matches('/'));
-        let mut auth =
-            auth::Auth::new(&issuer, &format!("{base}/mcp"), &jwks, config.scopes.clone()).map_err(Error::Config)?;
+        let jwks = config.oauth().then(|| format!("{}/oauth/jwks", oauth_url.trim_end_matches('/')));
+        let mut auth = auth::Auth::new(
+            &issuer,
+            &format!("{base}/mcp"),
+            jwks.as_deref(),
+            config.scopes.clone(),
+            config.api_tokens.clone(),
+        )
+        .map_err(Error::Config)?;
         auth.leeway_secs = config.clock_skew_secs;
         Some(auth)
-    } else {
-        None
     };
     let state = Arc::new(app::Gateway {
         auth,

@@ -39,6 +39,9 @@ pub enum Error {
     ClientDeclined(String),
     #[error("Session not found")]
     SessionNotFound,
+    /// The caller's token lacks the scopes this needs (step-up authorisation).
+    #[error("Insufficient scope: this needs {}", .0.join(" "))]
+    InsufficientScope(Vec<String>),
     /// An `Mcp-Param-*` header is missing, malformed or disagrees with the arguments.
     #[error("Header mismatch: {0}")]
     HeaderMismatch(String),
@@ -65,6 +68,7 @@ impl Error {
             Self::MissingCapability(_) => ErrorCode::INVALID_PARAMS,
             Self::ClientDeclined(_) => ErrorCode::INTERNAL_ERROR,
             Self::SessionNotFound => ErrorCode(-32001),
+            Self::InsufficientScope(_) => ErrorCode(-32003),
             Self::HeaderMismatch(_) => ErrorCode::HEADER_MISMATCH,
             Self::UnsupportedVersion { .. } => ErrorCode::UNSUPPORTED_PROTOCOL_VERSION,
             Self::MethodNotFound(_) => ErrorCode::METHOD_NOT_FOUND,
@@ -86,6 +90,7 @@ impl Error {
             Self::MethodNotFound(_) if era == Era::Modern => Disposition::UnknownMethod,
             Self::MissingCapability(_) if era == Era::Modern => Disposition::Rejected,
             Self::SessionNotFound => Disposition::SessionNotFound,
+            Self::InsufficientScope(_) => Disposition::InsufficientScope,
             _ => Disposition::Reply,
         }
     }
@@ -97,6 +102,7 @@ impl Error {
             }
             Self::ResourceNotFound(uri) => Some(json!({ "uri": uri })),
             Self::MissingCapability(caps) => Some(json!({ "requiredCapabilities": caps })),
+            Self::InsufficientScope(scopes) => Some(json!({ "requiredScopes": scopes })),
             _ => None,
         }
     }

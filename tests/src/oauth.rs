@@ -172,13 +172,26 @@ impl OAuth {
         Self::answer(resp).await
     }
 
-    /// The whole sign-in for a public client: the code's redirect parameters.
+    /// The whole sign-in for a public client, asking for scope `mcp`: the code's redirect
+    /// parameters.
     pub async fn sign_in(
         &self,
         client_id: &str,
         redirect_uri: &str,
         pkce: &Pkce,
         user: (&str, &str),
+    ) -> std::collections::HashMap<String, String> {
+        self.sign_in_scoped(client_id, redirect_uri, pkce, user, "mcp").await
+    }
+
+    /// The whole sign-in asking for `scope`.
+    pub async fn sign_in_scoped(
+        &self,
+        client_id: &str,
+        redirect_uri: &str,
+        pkce: &Pkce,
+        user: (&str, &str),
+        scope: &str,
     ) -> std::collections::HashMap<String, String> {
         let resource = format!("{}/mcp", self.base);
         let page = self
@@ -189,7 +202,7 @@ impl OAuth {
                 ("code_challenge", &pkce.challenge),
                 ("code_challenge_method", "S256"),
                 ("state", "st-123"),
-                ("scope", "mcp"),
+                ("scope", scope),
                 ("resource", &resource),
             ])
             .await;

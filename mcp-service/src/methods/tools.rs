@@ -22,10 +22,13 @@ pub async fn call(engine: &Engine, req: &Request<'_>, catalog: &CatalogView) -> 
         Some(v @ Value::Object(_)) => v.clone(),
         Some(_) => return Err(Error::InvalidParams("`arguments` must be an object".into())),
     };
-    // A tool the caller may not see is answered exactly like one that does not exist.
-    let Some(tool) = catalog.tool(name).filter(|t| req.permits(&t.scopes)) else {
+    let Some(tool) = catalog.tool(name) else {
         return Err(Error::UnknownTool(name.to_owned()));
     };
+    // A tool the token does not reach: 403 with the scopes to ask for (step-up).
+    if !req.permits(&tool.scopes) {
+        return Err(Error::InsufficientScope(tool.scopes.clone()));
+    }
     if req.modern() && req.ctx.transport == mcp_proto::mcp::Transport::StreamableHttp {
         check_param_headers(&tool.def, &arguments, &req.ctx.param_headers)?;
     }

@@ -1,6 +1,7 @@
 //! End-to-end tests against the real binaries. Build them first:
 //! `cargo build --workspace --bins` (the README's test command does).
 
+mod auth;
 mod definitions;
 mod errors;
 mod http;

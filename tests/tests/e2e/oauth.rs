@@ -6,31 +6,32 @@ use e2e::oauth::{OAuth, Pkce};
 use e2e::{Client, Proc, Stack};
 use serde_json::{Value, json};
 
-const USER: (&str, &str) = ("alice", "correct horse battery staple");
-const REDIRECT: &str = "http://127.0.0.1/callback";
+pub(crate) const USER: (&str, &str) = ("alice", "correct horse battery staple");
+pub(crate) const REDIRECT: &str = "http://127.0.0.1/callback";
 
 /// The standalone server with sign-in on, a bootstrap user, and `extra_env`.
-async fn secured(dir: &tempfile::TempDir, extra_env: &[(&str, &str)]) -> Stack {
+pub(crate) async fn secured(dir: &tempfile::TempDir, extra_env: &[(&str, &str)]) -> Stack {
+    secured_with(dir, &[], extra_env).await
+}
+
+/// Like [`secured`], with extra arguments.
+pub(crate) async fn secured_with(dir: &tempfile::TempDir, extra_args: &[&str], extra_env: &[(&str, &str)]) -> Stack {
     let data = dir.path().to_str().expect("utf-8 path");
     let mut env = vec![("OAUTH_BOOTSTRAP_USER", USER.0), ("OAUTH_BOOTSTRAP_PASSWORD", USER.1)];
     env.extend_from_slice(extra_env);
-    let gw = Proc::start_with_env(
-        "gateway",
-        &["--standalone", "--listen", "127.0.0.1:0", "--auth", "oauth", "--data-dir", data],
-        &env,
-        "gateway",
-    )
-    .await;
+    let mut args = vec!["--standalone", "--listen", "127.0.0.1:0", "--auth", "oauth", "--data-dir", data];
+    args.extend_from_slice(extra_args);
+    let gw = Proc::start_with_env("gateway", &args, &env, "gateway").await;
     let base = gw.url();
     Stack { procs: vec![gw], base }
 }
 
-fn bearer(token: &str) -> String {
+pub(crate) fn bearer(token: &str) -> String {
     format!("Bearer {token}")
 }
 
 /// A token for the bootstrap user through a freshly registered public client.
-async fn sign_in(oauth: &OAuth) -> (String, Value) {
+pub(crate) async fn sign_in(oauth: &OAuth) -> (String, Value) {
     let client_id = oauth.register_public(REDIRECT).await;
     let pkce = Pkce::new();
     let params = oauth.sign_in(&client_id, REDIRECT, &pkce, USER).await;
