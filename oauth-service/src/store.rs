@@ -250,6 +250,16 @@ impl Store {
         Ok(())
     }
 
+    /// A grant, revoked or not (for what was redeemed a moment ago).
+    pub async fn grant(&self, grant_id: &str) -> Result<Option<Grant>> {
+        let row =
+            sqlx::query(sqlx::AssertSqlSafe(format!("SELECT {GRANT_COLUMNS} FROM grants g WHERE g.grant_id = $1")))
+                .bind(grant_id)
+                .fetch_optional(&self.pool)
+                .await?;
+        Ok(row.as_ref().map(grant_from))
+    }
+
     /// A grant that is not revoked.
     pub async fn live_grant(&self, grant_id: &str) -> Result<Option<Grant>> {
         let row = sqlx::query(sqlx::AssertSqlSafe(format!(
@@ -290,10 +300,12 @@ impl Store {
         tx.commit().await
     }
 
-    /// Use a code once.
+    /// Use a code once. The code is spent and its grant read in one statement, so that of two
+    /// concurrent redemptions (on any replicas) exactly one gets the grant.
     pub async fn redeem_code(&self, code_hash: &str) -> Result<Redeemed<Code>> {
         let row = sqlx::query(
             "UPDATE codes SET used = 1 WHERE code_hash = $1 AND used = 0 \
+             AND EXISTS (SELECT 1 FROM grants g WHERE g.grant_id = codes.grant_id AND g.revoked = 0) \
              RETURNING grant_id, redirect_uri, challenge, expires_at",
         )
         .bind(code_hash)
@@ -301,7 +313,7 @@ impl Store {
         .await?;
         if let Some(r) = row {
             let grant_id: String = r.get(0);
-            let Some(grant) = self.live_grant(&grant_id).await? else { return Ok(Redeemed::Unknown) };
+            let Some(grant) = self.grant(&grant_id).await? else { return Ok(Redeemed::Unknown) };
             return Ok(Redeemed::Valid(Code {
                 grant,
                 redirect_uri: r.get(1),
@@ -309,11 +321,14 @@ impl Store {
                 expires_at: r.get(3),
             }));
         }
-        let used = sqlx::query("SELECT grant_id FROM codes WHERE code_hash = $1")
+        let used = sqlx::query("SELECT grant_id, used FROM codes WHERE code_hash = $1")
             .bind(code_hash)
             .fetch_optional(&self.pool)
             .await?;
-        Ok(used.map_or(Redeemed::Unknown, |r| Redeemed::Replayed(r.get(0))))
+        Ok(match used {
+            Some(r) if r.get::<i64, _>(1) != 0 => Redeemed::Replayed(r.get(0)),
+            _ => Redeemed::Unknown,
+        })
     }
 
     pub async fn insert_refresh(&self, token_hash: &str, grant_id: &str, expires_at: i64) -> Result<()> {
@@ -332,7 +347,9 @@ impl Store {
     pub async fn redeem_refresh(&self, token_hash: &str, now: i64, grace: i64) -> Result<Redeemed<Grant>> {
         let row = sqlx::query(
             "UPDATE refresh_tokens SET state = 1, rotated_at = $2 WHERE token_hash = $1 AND state = 0 \
-             AND expires_at > $2 RETURNING grant_id",
+             AND expires_at > $2 \
+             AND EXISTS (SELECT 1 FROM grants g WHERE g.grant_id = refresh_tokens.grant_id AND g.revoked = 0) \
+             RETURNING grant_id",
         )
         .bind(token_hash)
         .bind(now)
@@ -340,7 +357,7 @@ impl Store {
         .await?;
         if let Some(r) = row {
             let grant_id: String = r.get(0);
-            return Ok(self.live_grant(&grant_id).await?.map_or(Redeemed::Unknown, Redeemed::Valid));
+            return Ok(self.grant(&grant_id).await?.map_or(Redeemed::Unknown, Redeemed::Valid));
         }
         let seen = sqlx::query("SELECT grant_id, state, rotated_at FROM refresh_tokens WHERE token_hash = $1")
             .bind(token_hash)
@@ -349,7 +366,7 @@ impl Store {
         let Some(r) = seen else { return Ok(Redeemed::Unknown) };
         let (grant_id, state, rotated_at): (String, i64, Option<i64>) = (r.get(0), r.get(1), r.get(2));
         if state == 0 {
-            return Ok(Redeemed::Unknown); // expired
+            return Ok(Redeemed::Unknown); // expired, or its grant is revoked
         }
         if rotated_at.is_some_and(|at| now - at < grace) {
             return Ok(self.live_grant(&grant_id).await?.map_or(Redeemed::Unknown, Redeemed::Valid));

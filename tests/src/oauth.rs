@@ -97,6 +97,8 @@ pub fn hidden_fields(html: &str) -> Vec<(String, String)> {
 /// A client of the authorisation server at `base` (the gateway's origin).
 pub struct OAuth {
     pub base: String,
+    /// The MCP resource asked for: `{base}/mcp` unless set.
+    pub resource: String,
     pub http: reqwest::Client,
 }
 
@@ -108,7 +110,8 @@ impl OAuth {
             .timeout(std::time::Duration::from_secs(20))
             .build()
             .expect("HTTP client");
-        Self { base: base.trim_end_matches('/').to_owned(), http }
+        let base = base.trim_end_matches('/').to_owned();
+        Self { resource: format!("{base}/mcp"), base, http }
     }
 
     async fn answer(resp: reqwest::Response) -> Answer {
@@ -193,7 +196,7 @@ impl OAuth {
         user: (&str, &str),
         scope: &str,
     ) -> std::collections::HashMap<String, String> {
-        let resource = format!("{}/mcp", self.base);
+        let resource = self.resource.clone();
         let page = self
             .authorize(&[
                 ("response_type", "code"),
@@ -214,7 +217,7 @@ impl OAuth {
 
     /// Exchange a code for tokens.
     pub async fn exchange(&self, client_id: &str, redirect_uri: &str, code: &str, verifier: &str) -> Answer {
-        let resource = format!("{}/mcp", self.base);
+        let resource = self.resource.clone();
         self.token(&[
             ("grant_type", "authorization_code"),
             ("code", code),

@@ -7,6 +7,7 @@ mod errors;
 mod http;
 mod http_backend;
 mod oauth;
+mod oauth_clients;
 mod process;
 mod sessions;
 mod sql_backend;

@@ -42,8 +42,18 @@ pub(crate) async fn sign_in(oauth: &OAuth) -> (String, Value) {
 
 #[tokio::test]
 async fn from_a_401_to_tool_calls_in_both_eras() {
+    full_flow(&[]).await;
+}
+
+#[tokio::test]
+async fn from_a_401_to_tool_calls_on_postgres() {
+    let pg = e2e::Postgres::start();
+    full_flow(&[("OAUTH_DATABASE", pg.url.as_str())]).await;
+}
+
+async fn full_flow(env: &[(&str, &str)]) {
     let dir = tempfile::tempdir().expect("tempdir");
-    let stack = secured(&dir, &[]).await;
+    let stack = secured(&dir, env).await;
     let base = stack.base.clone();
     let client = stack.client();
     let oauth = OAuth::new(&base);
@@ -179,8 +189,20 @@ async fn from_a_401_to_tool_calls_in_both_eras() {
 
 #[tokio::test]
 async fn refresh_token_reuse_revokes_the_grant() {
+    refresh_reuse(&[]).await;
+}
+
+#[tokio::test]
+async fn refresh_token_reuse_on_postgres() {
+    let pg = e2e::Postgres::start();
+    refresh_reuse(&[("OAUTH_DATABASE", pg.url.as_str())]).await;
+}
+
+async fn refresh_reuse(env: &[(&str, &str)]) {
     let dir = tempfile::tempdir().expect("tempdir");
-    let stack = secured(&dir, &[("OAUTH_REFRESH_REUSE_GRACE_SECS", "0")]).await;
+    let mut env = env.to_vec();
+    env.push(("OAUTH_REFRESH_REUSE_GRACE_SECS", "0"));
+    let stack = secured(&dir, &env).await;
     let oauth = OAuth::new(&stack.base);
     let (client_id, tokens) = sign_in(&oauth).await;
     let first = tokens["refresh_token"].as_str().expect("refresh").to_owned();
@@ -312,8 +334,18 @@ async fn a_token_for_another_audience_is_refused() {
 /// Every hostile or broken request gets its own exact answer.
 #[tokio::test]
 async fn hostile_requests_each_get_their_error() {
+    hostile_requests(&[]).await;
+}
+
+#[tokio::test]
+async fn hostile_requests_on_postgres() {
+    let pg = e2e::Postgres::start();
+    hostile_requests(&[("OAUTH_DATABASE", pg.url.as_str())]).await;
+}
+
+async fn hostile_requests(env: &[(&str, &str)]) {
     let dir = tempfile::tempdir().expect("tempdir");
-    let stack = secured(&dir, &[]).await;
+    let stack = secured(&dir, env).await;
     let base = stack.base.clone();
     let oauth = OAuth::new(&base);
     let resource = format!("{base}/mcp");
