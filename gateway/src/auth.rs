@@ -4,6 +4,10 @@
 //! Requests without a valid token get 401 and a `WWW-Authenticate` challenge that points to
 //! the protected resource metadata.
 //!
+//! Operators who want revocation to take effect at once set `token_validation = "introspect"`:
+//! each token is then checked with the authorisation server's introspection endpoint (RFC 7662)
+//! as a confidential client, instead of locally.
+//!
 //! A second scheme serves machine clients: static API tokens, configured by their SHA-256 hash
 //! only, each with a name and scopes, compared in constant time. With `--auth token` they are the
 //! only scheme; with `--auth oauth` they are accepted beside JWTs.
@@ -47,6 +51,15 @@ pub fn token_hash(token: &str) -> String {
     base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(sha2::Sha256::digest(token.as_bytes()))
 }
 
+/// HTTP Basic credentials for a client (RFC 6749 §2.3.1: form-encoded id and secret).
+pub fn basic(id: &str, secret: &str) -> Result<HeaderValue, String> {
+    use base64::Engine as _;
+    let enc = |s: &str| url::form_urlencoded::byte_serialize(s.as_bytes()).collect::<String>();
+    let raw = format!("{}:{}", enc(id), enc(secret));
+    HeaderValue::from_str(&format!("Basic {}", base64::engine::general_purpose::STANDARD.encode(raw)))
+        .map_err(|e| e.to_string())
+}
+
 pub struct Auth {
     /// The expected `iss`.
     pub issuer: String,
@@ -60,6 +73,8 @@ pub struct Auth {
     /// `None` with `--auth token`: no authorisation server.
     jwks_url: Option<hyper::Uri>,
     api_tokens: Vec<ApiToken>,
+    /// Set: ask the authorisation server about every token instead of checking it locally.
+    pub introspection: Option<Introspection>,
     client: Client<HttpConnector, Body>,
     keys: Mutex<(HashMap<String, DecodingKey>, Option<Instant>)>,
 }
@@ -80,6 +95,15 @@ pub enum Denied {
     Missing,
     /// A token that does not verify (signature, issuer, audience, expiry, form).
     Invalid(String),
+    /// The authorisation server could not be asked (introspection mode).
+    Unavailable(String),
+}
+
+/// How the gateway asks the authorisation server about a token.
+pub struct Introspection {
+    pub url: hyper::Uri,
+    /// `Basic` credentials of the gateway's confidential client.
+    pub authorization: HeaderValue,
 }
 
 impl Auth {
@@ -110,6 +134,7 @@ impl Auth {
             leeway_secs: 30,
             jwks_url,
             api_tokens,
+            introspection: None,
             client: Client::builder(TokioExecutor::new()).build(connector),
             keys: Mutex::new((HashMap::new(), None)),
         })
@@ -139,6 +164,9 @@ impl Auth {
         }
         if self.jwks_url.is_none() {
             return Err(Denied::Invalid("unknown API token".into()));
+        }
+        if let Some(introspection) = &self.introspection {
+            return self.introspect(introspection, token).await;
         }
         let head = jsonwebtoken::decode_header(token).map_err(|e| Denied::Invalid(format!("malformed token: {e}")))?;
         if head.alg != Algorithm::EdDSA {
@@ -175,6 +203,41 @@ impl Auth {
             }
         }
         found.map(|t| Principal { subject: t.name.clone(), scopes: t.scopes.clone(), client_id: "api-token".into() })
+    }
+
+    async fn introspect(&self, i: &Introspection, token: &str) -> Result<Principal, Denied> {
+        let form = url::form_urlencoded::Serializer::new(String::new()).append_pair("token", token).finish();
+        let request = http::Request::post(i.url.clone())
+            .header(header::AUTHORIZATION, i.authorization.clone())
+            .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
+            .body(Body::from(form))
+            .map_err(|e| Denied::Unavailable(e.to_string()))?;
+        let response = tokio::time::timeout(Duration::from_secs(5), self.client.request(request))
+            .await
+            .map_err(|_| Denied::Unavailable("introspection timed out".into()))?
+            .map_err(|e| Denied::Unavailable(e.to_string()))?;
+        if !response.status().is_success() {
+            return Err(Denied::Unavailable(format!("introspection answered {}", response.status())));
+        }
+        let body = response.into_body().collect().await.map_err(|e| Denied::Unavailable(e.to_string()))?.to_bytes();
+        let answer: Value = serde_json::from_slice(&body).map_err(|e| Denied::Unavailable(e.to_string()))?;
+        if answer["active"] != true {
+            return Err(Denied::Invalid("inactive token".into()));
+        }
+        if answer["token_type"] != "Bearer" {
+            return Err(Denied::Invalid("not an access token".into()));
+        }
+        if answer["aud"].as_str() != Some(self.resource.as_str())
+            || answer["iss"].as_str() != Some(self.issuer.as_str())
+        {
+            return Err(Denied::Invalid("a token for another resource or issuer".into()));
+        }
+        let text = |k: &str| answer[k].as_str().unwrap_or_default().to_owned();
+        Ok(Principal {
+            subject: text("sub"),
+            scopes: text("scope").split(' ').filter(|s| !s.is_empty()).map(str::to_owned).collect(),
+            client_id: text("client_id"),
+        })
     }
 
     /// Whether this is OAuth (with metadata to publish), not API tokens alone.
@@ -231,6 +294,19 @@ impl Auth {
 
     /// 401 with the challenge that leads a client to sign in.
     pub fn challenge(&self, denied: &Denied) -> Response {
+        if let Denied::Unavailable(reason) = denied {
+            tracing::warn!(%reason, "cannot check tokens");
+            let body = mcp_proto::jsonrpc::error(
+                None,
+                mcp_proto::vocab::ErrorCode::INTERNAL_ERROR,
+                "The authorisation server is unavailable; try again",
+                None,
+            );
+            let mut resp = (StatusCode::SERVICE_UNAVAILABLE, body).into_response();
+            resp.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+            resp.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+            return resp;
+        }
         let scope = self.scopes.join(" ");
         let mut value = if self.oauth() {
             format!("Bearer resource_metadata=\"{}\"", self.metadata_url)
@@ -247,6 +323,7 @@ impl Auth {
                 tracing::debug!(%reason, "token refused");
                 "The access token is invalid or expired".to_owned()
             }
+            Denied::Unavailable(_) => String::new(),
         };
         let body = mcp_proto::jsonrpc::error(None, mcp_proto::vocab::ErrorCode(-32001), &description, None);
         let mut resp = (StatusCode::UNAUTHORIZED, body).into_response();

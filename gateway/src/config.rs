@@ -42,6 +42,12 @@ pub struct Config {
     pub clock_skew_secs: u64,
     /// Static API tokens (by SHA-256), for `--auth token`, and beside OAuth with `--auth oauth`.
     pub api_tokens: Vec<crate::auth::ApiToken>,
+    /// `jwt` (default: tokens checked locally against the JWKS) or `introspect` (every token
+    /// checked with the authorisation server, so revocation takes effect at once).
+    pub token_validation: String,
+    /// The gateway's confidential client for introspection (standalone mode makes its own).
+    pub introspection_client_id: Option<String>,
+    pub introspection_client_secret: Option<String>,
     /// Serve without authentication on a non-loopback address (refused unless set).
     pub allow_unauthenticated: bool,
 }
@@ -64,6 +70,9 @@ impl Default for Config {
             scopes: vec!["mcp".to_owned()],
             clock_skew_secs: 30,
             api_tokens: Vec::new(),
+            token_validation: "jwt".to_owned(),
+            introspection_client_id: None,
+            introspection_client_secret: None,
             allow_unauthenticated: false,
         }
     }
@@ -164,6 +173,17 @@ impl Cli {
             return Err(format!("auth: `{}` must be off, oauth or token", config.auth));
         }
         config.check_exposure(config.listen)?;
+        if config.token_validation != "jwt" && config.token_validation != "introspect" {
+            return Err(format!("token_validation: `{}` must be jwt or introspect", config.token_validation));
+        }
+        if !self.standalone
+            && config.token_validation == "introspect"
+            && (config.introspection_client_id.is_none() || config.introspection_client_secret.is_none())
+        {
+            return Err(
+                "token_validation = introspect needs introspection_client_id and introspection_client_secret".into()
+            );
+        }
         if config.auth == "token" && config.api_tokens.is_empty() {
             return Err("auth: `token` needs at least one entry in api_tokens".into());
         }

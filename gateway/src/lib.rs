@@ -85,6 +85,17 @@ pub async fn serve(listener: TcpListener, config: Config, shutdown: Cancellation
         )
         .map_err(Error::Config)?;
         auth.leeway_secs = config.clock_skew_secs;
+        if config.oauth() && config.token_validation == "introspect" {
+            let (Some(id), Some(secret)) = (&config.introspection_client_id, &config.introspection_client_secret)
+            else {
+                return Err(Error::Config("introspection needs a client id and secret".into()));
+            };
+            let url = format!("{}/oauth/introspect", oauth_url.trim_end_matches('/'));
+            auth.introspection = Some(auth::Introspection {
+                url: url.parse().map_err(|e| Error::Config(format!("introspection url: {e}")))?,
+                authorization: auth::basic(id, secret).map_err(Error::Config)?,
+            });
+        }
         Some(auth)
     };
     let state = Arc::new(app::Gateway {

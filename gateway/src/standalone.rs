@@ -56,6 +56,23 @@ pub async fn run(mut config: Config, shutdown: CancellationToken) -> Result<(), 
     if config.oauth() && oauth_config.data_dir.is_none() {
         oauth_config.data_dir = Some(config.data_dir.clone());
     }
+    // Introspection asked for: the gateway gets its own confidential client, known only here.
+    if config.oauth() && config.token_validation == "introspect" && config.introspection_client_secret.is_none() {
+        let mut secret = [0u8; 32];
+        rand::fill(&mut secret);
+        let secret = base64::Engine::encode(&base64::engine::general_purpose::URL_SAFE_NO_PAD, secret);
+        let id = "gateway-introspection".to_owned();
+        oauth_config.clients.push(oauth_service::config::StaticClient {
+            client_id: id.clone(),
+            name: Some("gateway".into()),
+            redirect_uris: Vec::new(),
+            secret_sha256: Some(crate::auth::token_hash(&secret)),
+            grant_types: vec!["client_credentials".into()],
+            application_type: "web".into(),
+        });
+        config.introspection_client_id = Some(id);
+        config.introspection_client_secret = Some(secret);
+    }
     oauth_config.validate().map_err(|e| Error::Config(format!("oauth-service: {e}")))?;
     let (listener, oauth_addr) = loopback().await?;
     tasks.spawn(component(oauth_service::serve(listener, oauth_config, inner.clone())));

@@ -475,3 +475,53 @@ async fn hostile_requests(env: &[(&str, &str)]) {
         .expect("POST");
     assert_eq!(r.status().as_u16(), 400);
 }
+
+/// With `token_validation = introspect` the gateway asks the authorisation server about each
+/// token: the whole flow ends with revoke → 401 at once.
+#[tokio::test]
+async fn revoke_then_401_with_introspection() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let stack = secured(&dir, &[("GATEWAY_TOKEN_VALIDATION", "introspect")]).await;
+    let client = stack.client();
+    let oauth = OAuth::new(&stack.base);
+    let (client_id, tokens) = sign_in(&oauth).await;
+    let refresh = tokens["refresh_token"].as_str().expect("refresh").to_owned();
+    let rotated =
+        oauth.token(&[("grant_type", "refresh_token"), ("refresh_token", &refresh), ("client_id", &client_id)]).await;
+    assert_eq!(rotated.status, 200, "{}", rotated.text);
+    let access = rotated.json["access_token"].as_str().expect("access").to_owned();
+    let refresh = rotated.json["refresh_token"].as_str().expect("refresh").to_owned();
+    let list = |access: String| {
+        let client = client.clone();
+        async move {
+            let body = e2e::modern_request(1, "tools/list", json!({}));
+            let auth = bearer(&access);
+            client
+                .post(
+                    &body,
+                    &[("mcp-protocol-version", e2e::MODERN), ("mcp-method", "tools/list"), ("authorization", &auth)],
+                )
+                .await
+        }
+    };
+    assert_eq!(list(access.clone()).await.status, 200);
+    let legacy = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+        "params": {"name": "echo", "arguments": {"message": "still in"}}});
+    let called =
+        client.post(&legacy, &[("mcp-protocol-version", "2025-06-18"), ("authorization", &bearer(&access))]).await;
+    assert_eq!(called.status, 200, "{}", called.text);
+
+    let revoked = oauth
+        .http
+        .post(format!("{}/oauth/revoke", stack.base))
+        .form(&[("token", refresh.as_str()), ("client_id", client_id.as_str())])
+        .send()
+        .await
+        .expect("POST");
+    assert_eq!(revoked.status().as_u16(), 200);
+    let after = list(access).await;
+    assert_eq!(after.status, 401, "{}", after.text);
+    assert!(after.headers["www-authenticate"].to_str().expect("ascii").contains("invalid_token"));
+    // The gateway's own introspection secret never reaches the logs.
+    assert!(!stack.gateway().log_text().to_lowercase().contains("client_secret"));
+}
