@@ -24,6 +24,9 @@ step "conformance (official MCP suite, both eras)"
 status=0
 tests/conformance/run.sh || status=1
 
+step "conformance (official suite, authorization server scenarios)"
+tests/conformance/authorization.sh || status=1
+
 step "tests"
 cargo nextest run --workspace --locked --no-fail-fast || status=1
 exit "$status"
