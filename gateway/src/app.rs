@@ -76,7 +76,10 @@ pub fn router(state: Arc<Gateway>, max_body_bytes: usize) -> Router {
         .merge(resource_metadata)
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(ready))
+        .route("/metrics", get(crate::observe::metrics))
         .with_state(state)
+        // One span and the metrics of every request.
+        .layer(axum::middleware::from_fn(crate::observe::observe))
         // CORS answers preflights before anything else runs.
         .layer(cors)
         // One span per request, carrying the request id.
@@ -147,7 +150,7 @@ async fn mcp_delete(State(gw): State<Arc<Gateway>>, headers: HeaderMap) -> Respo
             "Bad Request: Mcp-Session-Id required",
         );
     }
-    match gw.mcp.clone().end_session(pb::EndSessionRequest { session_id, principal }).await {
+    match gw.mcp.clone().end_session(forward::traced(pb::EndSessionRequest { session_id, principal })).await {
         Ok(r) if r.get_ref().ended => StatusCode::NO_CONTENT.into_response(),
         Ok(_) => rpc_error(StatusCode::NOT_FOUND, None, ErrorCode(-32001), "Session not found"),
         Err(status) => {
@@ -201,7 +204,7 @@ async fn mcp_post(State(gw): State<Arc<Gateway>>, headers: HeaderMap, body: Byte
         Ok(v) => v,
         Err(r) => return refusal(r, None),
     };
-    let (era, id) = match envelope::parse_body(&body) {
+    let (era, id, method) = match envelope::parse_body(&body) {
         Err(EnvelopeError::Parse(m)) => {
             return rpc_error(StatusCode::BAD_REQUEST, None, ErrorCode::PARSE_ERROR, &format!("Parse error: {m}"));
         }
@@ -215,7 +218,7 @@ async fn mcp_post(State(gw): State<Arc<Gateway>>, headers: HeaderMap, body: Byte
         }
         Ok(Body::Batch(_)) => {
             let modern = header_version.as_deref().is_some_and(|v| !mcp_proto::vocab::is_legacy_revision(v));
-            (if modern { Era::Modern } else { Era::Legacy }, None)
+            (if modern { Era::Modern } else { Era::Legacy }, None, "batch")
         }
         Ok(Body::Single(env)) => {
             let era = era::classify(&env, header_version.as_deref());
@@ -226,9 +229,16 @@ async fn mcp_post(State(gw): State<Arc<Gateway>>, headers: HeaderMap, body: Byte
             {
                 return refusal(r, id.as_deref());
             }
-            (era, id)
+            (era, id, mcp_proto::vocab::method_label(env.method.as_ref()))
         }
     };
+    let labels = crate::observe::McpLabels { method, era: if era == Era::Modern { "modern" } else { "legacy" } };
+    let span = tracing::Span::current();
+    span.record("mcp.method", labels.method);
+    span.record("mcp.era", labels.era);
+    if let Some(p) = &principal {
+        span.record("enduser.id", p.subject.as_str());
+    }
     let request = pb::McpRequest {
         body: body.to_vec(),
         era: pb::Era::from(era) as i32,
@@ -247,6 +257,7 @@ async fn mcp_post(State(gw): State<Arc<Gateway>>, headers: HeaderMap, body: Byte
     {
         resp.headers_mut().insert(header::WWW_AUTHENTICATE, v);
     }
+    resp.extensions_mut().insert(labels);
     resp
 }
 

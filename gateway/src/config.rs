@@ -48,6 +48,8 @@ pub struct Config {
     /// The gateway's confidential client for introspection (standalone mode makes its own).
     pub introspection_client_id: Option<String>,
     pub introspection_client_secret: Option<String>,
+    /// Shared token presented to mcp-service (see `mcp_proto::trust`).
+    pub service_token: Option<String>,
     /// Serve without authentication on a non-loopback address (refused unless set).
     pub allow_unauthenticated: bool,
 }
@@ -73,6 +75,7 @@ impl Default for Config {
             token_validation: "jwt".to_owned(),
             introspection_client_id: None,
             introspection_client_secret: None,
+            service_token: None,
             allow_unauthenticated: false,
         }
     }

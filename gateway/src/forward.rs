@@ -27,6 +27,8 @@ pub fn status_of(d: Disposition) -> StatusCode {
     }
 }
 
+pub use mcp_proto::trust::outgoing as traced;
+
 /// A JSON-RPC error produced at the edge.
 pub fn rpc_error(status: StatusCode, id: Option<&str>, code: ErrorCode, message: &str) -> Response {
     json_response(status, mcp_proto::jsonrpc::error(id, code, message, None))
@@ -93,7 +95,7 @@ pub async fn forward(
             "Internal error: upstream unavailable",
         )
     };
-    let mut frames: Streaming<pb::McpFrame> = match client.handle(request).await {
+    let mut frames: Streaming<pb::McpFrame> = match client.handle(traced(request)).await {
         Ok(r) => r.into_inner(),
         Err(status) => return unavailable(status),
     };
@@ -157,7 +159,7 @@ pub async fn forward(
 
 /// A legacy session's standalone stream as SSE, until either side leaves.
 pub async fn listen(mut client: McpServiceClient<Channel>, request: pb::ListenRequest) -> Response {
-    let frames = match client.listen(request).await {
+    let frames = match client.listen(traced(request)).await {
         Ok(r) => r.into_inner(),
         Err(status) if status.code() == tonic::Code::NotFound => {
             return rpc_error(StatusCode::NOT_FOUND, None, ErrorCode(-32001), "Session not found");

@@ -13,6 +13,7 @@
 //! - [`era`]: the HTTP era rule.
 //! - [`forward`]: the gRPC call and the mapping of frames to HTTP.
 //! - [`oauth_proxy`]: relaying `/oauth/*` and the authorisation server metadata.
+//! - [`observe`]: a span and metrics per request; `/metrics`.
 //! - [`standalone`]: all four components in one process over loopback gRPC.
 
 pub mod app;
@@ -22,6 +23,7 @@ pub mod era;
 pub mod forward;
 pub mod headers;
 pub mod oauth_proxy;
+pub mod observe;
 pub mod standalone;
 
 use std::net::SocketAddr;
@@ -62,6 +64,9 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), Erro
 /// Serve HTTP on a bound listener until `shutdown`, then drain for up to the grace period.
 pub async fn serve(listener: TcpListener, config: Config, shutdown: CancellationToken) -> Result<(), Error> {
     let addr = listener.local_addr().map_err(|source| Error::Bind { addr: config.listen, source })?;
+    if let Some(token) = &config.service_token {
+        mcp_proto::trust::set_outgoing(token).map_err(Error::Config)?;
+    }
     let mcp_url = config.mcp_service.clone().ok_or_else(|| Error::Config("mcp_service: not set".into()))?;
     let oauth_url = config.oauth_service.clone().ok_or_else(|| Error::Config("oauth_service: not set".into()))?;
     let channel = Endpoint::from_shared(mcp_url.clone())

@@ -26,7 +26,12 @@ pub async fn run(mut config: Config, shutdown: CancellationToken) -> Result<(), 
     let registry_config = registry_service::Config { definitions: config.definitions.clone(), ..Default::default() };
     let catalog = registry_service::live_catalog(&registry_config, &inner)?;
     let (listener, registry_addr) = loopback().await?;
-    tasks.spawn(component(registry_service::serve(listener, catalog, inner.clone())));
+    tasks.spawn(component(registry_service::serve(
+        listener,
+        catalog,
+        mcp_proto::trust::Require::new(None),
+        inner.clone(),
+    )));
 
     // The engine's own settings (page size, cache hints, state secret) come from its usual
     // `MCP_SERVICE_*` environment; only the registry address is standalone's to choose.
@@ -35,7 +40,7 @@ pub async fn run(mut config: Config, shutdown: CancellationToken) -> Result<(), 
     mcp_config.registry = Some(format!("http://{registry_addr}"));
     let engine = mcp_service::engine(&mcp_config, &inner).await?;
     let (listener, mcp_addr) = loopback().await?;
-    tasks.spawn(component(mcp_service::serve(listener, engine, inner.clone())));
+    tasks.spawn(component(mcp_service::serve(listener, engine, mcp_proto::trust::Require::new(None), inner.clone())));
 
     let gateway_listener =
         TcpListener::bind(config.listen).await.map_err(|source| Error::Bind { addr: config.listen, source })?;

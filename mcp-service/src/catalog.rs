@@ -156,7 +156,7 @@ async fn follow(
     let mut backoff = Duration::from_millis(50);
     loop {
         let attempt = async {
-            let mut changes = client.watch(pb::WatchRequest {}).await?.into_inner();
+            let mut changes = client.watch(mcp_proto::trust::outgoing(pb::WatchRequest {})).await?.into_inner();
             while let Some(change) = changes.message().await? {
                 for uri in change.updated_uris {
                     let _ = events.send(CatalogEvent::ResourceUpdated(uri));
@@ -165,7 +165,7 @@ async fn follow(
                 if have == Some(change.version) {
                     continue;
                 }
-                let snapshot = client.snapshot(pb::SnapshotRequest {}).await?.into_inner();
+                let snapshot = client.snapshot(mcp_proto::trust::outgoing(pb::SnapshotRequest {})).await?.into_inner();
                 let view = Arc::new(CatalogView::from_proto(snapshot));
                 tracing::info!(version = view.version, tools = view.tools.len(), "catalog loaded");
                 if let Some(old) = tx.send_replace(Some(view.clone())) {

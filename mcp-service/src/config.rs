@@ -25,6 +25,11 @@ pub struct Config {
     /// Secret that seals `requestState` and legacy session ids; every replica needs the same
     /// one (random per process when unset).
     pub state_secret: Option<String>,
+    /// Shared token callers must present, and this service presents to registry-service
+    /// (see `mcp_proto::trust`); unchecked when unset.
+    pub service_token: Option<String>,
+    /// Admin address serving `/metrics` (Prometheus); none when unset.
+    pub metrics_listen: Option<SocketAddr>,
 }
 
 impl Default for Config {
@@ -38,6 +43,8 @@ impl Default for Config {
             list_ttl_ms: s.list_ttl_ms,
             read_ttl_ms: s.read_ttl_ms,
             state_secret: None,
+            service_token: None,
+            metrics_listen: None,
         }
     }
 }

@@ -57,6 +57,11 @@ pub enum Method {
 }
 
 impl Method {
+    /// A bounded label for metrics and traces: the method's name, or `other`.
+    pub fn label(name: &str) -> &str {
+        if Self::parse(name) == Self::Unknown { "other" } else { name }
+    }
+
     pub fn parse(name: &str) -> Self {
         match name {
             "initialize" => Self::Initialize,
@@ -178,10 +183,12 @@ impl Engine {
                 return None;
             }
         }
+        let started = std::time::Instant::now();
         let outcome = match era {
             Era::Modern => self.modern(&env, ctx, sink).await,
             Era::Legacy => self.legacy(&env, ctx, sink).await,
         };
+        observe(&env, era, &outcome, started);
         Some(match outcome {
             Ok((result, session_id)) => {
                 Frame { json: mcp_proto::jsonrpc::result(id, &result), disposition: Disposition::Reply, session_id }
@@ -380,4 +387,34 @@ fn envelope_error(e: EnvelopeError, era: Era) -> Frame {
         EnvelopeError::Invalid { id, reason } => (Error::InvalidRequest(reason), id),
     };
     Frame::new(err.to_json(id.as_deref(), era), err.disposition(era))
+}
+
+/// Metrics and trace attributes of one handled request: method, era, tool and outcome.
+fn observe(
+    env: &Envelope<'_>,
+    era: Era,
+    outcome: &Result<(Value, Option<String>), Error>,
+    started: std::time::Instant,
+) {
+    let method = Method::label(env.method.as_ref()).to_owned();
+    let era = match era {
+        Era::Modern => "modern",
+        Era::Legacy => "legacy",
+    };
+    let result = match outcome {
+        Ok((v, _)) if v.get("isError") == Some(&Value::Bool(true)) => "tool_error",
+        Ok((v, _)) if v.get("resultType").and_then(Value::as_str) == Some("input_required") => "input_required",
+        Ok(_) => "ok",
+        Err(_) => "error",
+    };
+    let span = tracing::Span::current();
+    span.record("mcp.method", method.as_str());
+    span.record("mcp.era", era);
+    span.record("outcome", result);
+    if let Err(e) = outcome {
+        span.record("error.code", e.code(Era::Modern).0);
+    }
+    metrics::counter!("mcp_requests_total", "method" => method.clone(), "era" => era, "outcome" => result).increment(1);
+    metrics::histogram!("mcp_request_duration_seconds", "method" => method, "era" => era)
+        .record(started.elapsed().as_secs_f64());
 }

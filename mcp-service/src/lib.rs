@@ -51,6 +51,8 @@ pub enum StartError {
     Serve(#[from] tonic::transport::Error),
     #[error("stdio failed: {0}")]
     Stdio(#[from] std::io::Error),
+    #[error("{0}")]
+    Config(String),
 }
 
 /// A lazily connecting client for registry-service at `url`.
@@ -79,7 +81,9 @@ pub async fn engine(config: &Config, shutdown: &CancellationToken) -> Result<Arc
                 .map_err(|source| StartError::Bind { addr: ([127, 0, 0, 1], 0).into(), source })?;
             let token = shutdown.clone();
             tokio::spawn(async move {
-                if let Err(e) = registry_service::serve(listener, catalog, token).await {
+                if let Err(e) =
+                    registry_service::serve(listener, catalog, mcp_proto::trust::Require::new(None), token).await
+                {
                     tracing::error!(error = %e, "in-process registry failed");
                 }
             });
@@ -104,14 +108,27 @@ pub async fn engine(config: &Config, shutdown: &CancellationToken) -> Result<Arc
 
 /// Bind the configured address and serve gRPC until `shutdown`.
 pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), StartError> {
+    if let Some(token) = &config.service_token {
+        mcp_proto::trust::set_outgoing(token).map_err(StartError::Config)?;
+    }
     let engine = engine(&config, &shutdown).await?;
     let listener =
         TcpListener::bind(config.listen).await.map_err(|source| StartError::Bind { addr: config.listen, source })?;
-    serve(listener, engine, shutdown).await
+    if let Some(addr) = config.metrics_listen {
+        mcp_proto::telemetry::serve_metrics(addr, shutdown.clone())
+            .await
+            .map_err(|source| StartError::Bind { addr, source })?;
+    }
+    serve(listener, engine, mcp_proto::trust::Require::new(config.service_token.as_deref()), shutdown).await
 }
 
 /// Serve gRPC on a bound listener until `shutdown`.
-pub async fn serve(listener: TcpListener, engine: Arc<Engine>, shutdown: CancellationToken) -> Result<(), StartError> {
+pub async fn serve(
+    listener: TcpListener,
+    engine: Arc<Engine>,
+    callers: mcp_proto::trust::Require,
+    shutdown: CancellationToken,
+) -> Result<(), StartError> {
     use mcp_proto::mcp::mcp_service_server::McpServiceServer;
     let addr = listener.local_addr().map_err(|source| StartError::Bind { addr: ([0, 0, 0, 0], 0).into(), source })?;
     let (health, health_service) = tonic_health::server::health_reporter();
@@ -120,7 +137,7 @@ pub async fn serve(listener: TcpListener, engine: Arc<Engine>, shutdown: Cancell
     let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
     tonic::transport::Server::builder()
         .add_service(health_service)
-        .add_service(McpServiceServer::new(server::McpGrpc::new(engine)))
+        .add_service(McpServiceServer::with_interceptor(server::McpGrpc::new(engine), callers))
         .serve_with_incoming_shutdown(incoming, async move {
             shutdown.cancelled().await;
             health.set_not_serving::<McpServiceServer<server::McpGrpc>>().await;

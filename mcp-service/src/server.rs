@@ -10,6 +10,7 @@ use mcp_proto::vocab::Era;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
+use tracing::Instrument as _;
 
 use crate::context::{Context, Frame};
 use crate::dispatch::Engine;
@@ -41,7 +42,21 @@ impl McpService for McpGrpc {
     type HandleStream = FrameStream;
 
     async fn handle(&self, request: Request<pb::McpRequest>) -> Result<Response<Self::HandleStream>, Status> {
+        let span = tracing::info_span!(
+            "mcp.handle",
+            otel.name = "mcp-service handle",
+            request_id = tracing::field::Empty,
+            mcp.method = tracing::field::Empty,
+            mcp.era = tracing::field::Empty,
+            mcp.tool = tracing::field::Empty,
+            outcome = tracing::field::Empty,
+            error.code = tracing::field::Empty,
+        );
+        mcp_proto::telemetry::extract_grpc(&span, request.metadata());
         let req = request.into_inner();
+        if !req.request_id.is_empty() {
+            span.record("request_id", req.request_id.as_str());
+        }
         let ctx = Context {
             era: match req.era() {
                 pb::Era::Legacy => Some(Era::Legacy),
@@ -59,7 +74,7 @@ impl McpService for McpGrpc {
         let (tx, rx) = mpsc::channel(16);
         let engine = self.engine.clone();
         // When the caller goes away the channel closes and the work stops at its next send.
-        tokio::spawn(async move { engine.handle(&req.body, &ctx, &tx).await });
+        tokio::spawn(async move { engine.handle(&req.body, &ctx, &tx).await }.instrument(span));
         Ok(Response::new(frames(rx)))
     }
 

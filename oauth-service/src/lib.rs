@@ -181,9 +181,17 @@ fn router(state: Arc<AppState>) -> Router {
         .route("/oauth/token", axum::routing::post(token::token))
         .route("/oauth/revoke", axum::routing::post(token::revoke))
         .route("/oauth/introspect", axum::routing::post(token::introspect))
+        .route("/metrics", get(metrics_text))
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(ready))
         .with_state(state)
+}
+
+async fn metrics_text() -> impl axum::response::IntoResponse {
+    (
+        [(axum::http::header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")],
+        mcp_proto::telemetry::render_metrics(),
+    )
 }
 
 async fn jwks(State(app): State<Arc<AppState>>) -> impl axum::response::IntoResponse {

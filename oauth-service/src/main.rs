@@ -3,7 +3,7 @@ use oauth_service::config::Cli;
 
 #[tokio::main]
 async fn main() {
-    mcp_proto::runtime::init_logging();
+    let _telemetry = mcp_proto::telemetry::init("oauth-service");
     let mut cli = Cli::parse();
     let command = cli.command.take();
     let config = match cli.load() {

@@ -4,6 +4,16 @@ use serde_json::{Value, json};
 
 use crate::config::Config;
 
+/// A grant type as a bounded metrics label.
+pub fn grant_type_label(grant_type: &str) -> &'static str {
+    match grant_type {
+        "authorization_code" => "authorization_code",
+        "refresh_token" => "refresh_token",
+        "client_credentials" => "client_credentials",
+        _ => "other",
+    }
+}
+
 pub fn document(config: &Config) -> Value {
     let base = config.issuer_base();
     let mut doc = json!({

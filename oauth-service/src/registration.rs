@@ -76,7 +76,9 @@ pub fn client_ip(trust_forwarded: bool, peer: SocketAddr, headers: &HeaderMap) -
     peer.ip()
 }
 
-pub fn error(status: StatusCode, code: &str, description: &str) -> Response {
+/// An OAuth error response (RFC 6749 §5.2 shape), counted by its code.
+pub fn error(status: StatusCode, code: &'static str, description: &str) -> Response {
+    metrics::counter!("oauth_errors_total", "error" => code).increment(1);
     (status, [("cache-control", "no-store")], Json(json!({ "error": code, "error_description": description })))
         .into_response()
 }

@@ -137,7 +137,14 @@ pub async fn token(State(app): State<Arc<AppState>>, headers: HeaderMap, Form(re
         )),
     };
     match grant {
-        Ok((grant, with_refresh)) => issue(&app, &grant, with_refresh).await,
+        Ok((grant, with_refresh)) => {
+            let resp = issue(&app, &grant, with_refresh).await;
+            if resp.status() == StatusCode::OK {
+                let grant_type = crate::metadata::grant_type_label(&req.grant_type);
+                metrics::counter!("oauth_tokens_issued_total", "grant_type" => grant_type).increment(1);
+            }
+            resp
+        }
         Err(resp) => resp,
     }
 }

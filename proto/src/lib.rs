@@ -15,6 +15,8 @@ pub mod header_codec;
 pub mod jsonrpc;
 pub mod outbound;
 pub mod runtime;
+pub mod telemetry;
+pub mod trust;
 pub mod vocab;
 
 /// gateway → mcp-service.

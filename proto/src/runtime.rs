@@ -1,4 +1,5 @@
-//! Process plumbing every binary shares: logging, configuration loading, shutdown signals.
+//! Process plumbing every binary shares: configuration loading, shutdown signals (logging,
+//! traces and metrics are in [`crate::telemetry`]).
 
 use std::path::Path;
 
@@ -7,22 +8,6 @@ use figment::providers::{Env, Format as _, Serialized, Toml};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tokio_util::sync::CancellationToken;
-
-/// Log to stderr (stdout is the protocol on stdio). `LOG_FORMAT=json` for JSON lines,
-/// `LOG_LEVEL` or `RUST_LOG` for the filter (default `info`).
-pub fn init_logging() {
-    use tracing_subscriber::EnvFilter;
-    let filter =
-        std::env::var("RUST_LOG").or_else(|_| std::env::var("LOG_LEVEL")).unwrap_or_else(|_| "info".to_owned());
-    let filter = EnvFilter::try_new(&filter).unwrap_or_else(|_| EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
-    let json = std::env::var("LOG_FORMAT").is_ok_and(|f| f.eq_ignore_ascii_case("json"));
-    let _ = if json {
-        builder.json().flatten_event(true).with_current_span(false).try_init()
-    } else {
-        builder.with_ansi(false).try_init()
-    };
-}
 
 /// Load a typed configuration: defaults, then the TOML file, then `{PREFIX}*` environment
 /// variables, then command-line flags (only those given). Errors name the key and its source.

@@ -33,6 +33,38 @@ pub fn negotiate_legacy(requested: Option<&str>) -> &'static str {
 }
 
 /// Reserved `_meta` keys.
+/// Every method name either era defines, client → server and notifications: the bounded set of
+/// labels metrics and traces use (anything else is `other`).
+pub const METHODS: [&str; 22] = [
+    "initialize",
+    "ping",
+    "logging/setLevel",
+    "server/discover",
+    "tools/list",
+    "tools/call",
+    "resources/list",
+    "resources/templates/list",
+    "resources/read",
+    "resources/subscribe",
+    "resources/unsubscribe",
+    "subscriptions/listen",
+    "prompts/list",
+    "prompts/get",
+    "completion/complete",
+    "notifications/initialized",
+    "notifications/cancelled",
+    "notifications/progress",
+    "notifications/roots/list_changed",
+    "sampling/createMessage",
+    "elicitation/create",
+    "roots/list",
+];
+
+/// `name` if it is a method of [`METHODS`], else `other`.
+pub fn method_label(name: &str) -> &'static str {
+    METHODS.iter().find(|m| **m == name).copied().unwrap_or("other")
+}
+
 pub mod meta {
     pub const PROTOCOL_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
     pub const CLIENT_CAPABILITIES: &str = "io.modelcontextprotocol/clientCapabilities";

@@ -12,11 +12,15 @@ pub struct Config {
     pub listen: SocketAddr,
     /// The operator's definitions file (YAML or JSON).
     pub definitions: Option<PathBuf>,
+    /// Shared token callers must present (see `mcp_proto::trust`); unchecked when unset.
+    pub service_token: Option<String>,
+    /// Admin address serving `/metrics` (Prometheus); none when unset.
+    pub metrics_listen: Option<SocketAddr>,
 }
 
 impl Default for Config {
     fn default() -> Self {
-        Self { listen: ([127, 0, 0, 1], 50052).into(), definitions: None }
+        Self { listen: ([127, 0, 0, 1], 50052).into(), definitions: None, service_token: None, metrics_listen: None }
     }
 }
 

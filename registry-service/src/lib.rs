@@ -65,13 +65,19 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), Erro
     let catalog = live_catalog(&config, &shutdown)?;
     let listener =
         TcpListener::bind(config.listen).await.map_err(|source| Error::Bind { addr: config.listen, source })?;
-    serve(listener, catalog, shutdown).await
+    if let Some(addr) = config.metrics_listen {
+        mcp_proto::telemetry::serve_metrics(addr, shutdown.clone())
+            .await
+            .map_err(|source| Error::Bind { addr, source })?;
+    }
+    serve(listener, catalog, mcp_proto::trust::Require::new(config.service_token.as_deref()), shutdown).await
 }
 
 /// Serve the catalog on an already bound listener until `shutdown` is cancelled.
 pub async fn serve(
     listener: TcpListener,
     catalog: server::CatalogHandle,
+    callers: mcp_proto::trust::Require,
     shutdown: CancellationToken,
 ) -> Result<(), Error> {
     let addr = listener.local_addr().map_err(|source| Error::Bind { addr: ([0, 0, 0, 0], 0).into(), source })?;
@@ -86,7 +92,7 @@ pub async fn serve(
     let reporter = health_reporter.clone();
     tonic::transport::Server::builder()
         .add_service(health_service)
-        .add_service(mcp_proto::registry::registry_server::RegistryServer::new(service))
+        .add_service(mcp_proto::registry::registry_server::RegistryServer::with_interceptor(service, callers))
         .serve_with_incoming_shutdown(incoming, async move {
             drain.cancelled().await;
             reporter

@@ -3,7 +3,7 @@ use registry_service::config::Cli;
 
 #[tokio::main]
 async fn main() {
-    mcp_proto::runtime::init_logging();
+    let _telemetry = mcp_proto::telemetry::init("registry-service");
     let cli = Cli::parse();
     let config = match cli.load() {
         Ok(c) => c,

@@ -78,6 +78,11 @@ fn exchange(responses: &[u8], state: &[u8], capabilities: &[u8]) -> Result<Excha
     Exchange::from_wire(responses, state, capabilities).map_err(Status::invalid_argument)
 }
 
+/// Whether a serialised tool result is a tool execution error.
+fn json_is_error(json: &[u8]) -> bool {
+    serde_json::from_slice::<Value>(json).is_ok_and(|v| v.get("isError") == Some(&Value::Bool(true)))
+}
+
 fn json_bytes(v: &Value) -> Vec<u8> {
     serde_json::to_vec(v).unwrap_or_default()
 }
@@ -131,6 +136,8 @@ impl Registry for RegistryService {
 
     #[tracing::instrument(skip_all, fields(tool = %req.get_ref().name))]
     async fn call_tool(&self, req: Request<pb::CallToolRequest>) -> Result<Response<Self::CallToolStream>, Status> {
+        let span = tracing::Span::current();
+        mcp_proto::telemetry::extract_grpc(&span, req.metadata());
         let req = req.into_inner();
         let catalog = self.catalog.current();
         let tool = catalog
@@ -147,8 +154,10 @@ impl Registry for RegistryService {
         let handler = tool.handler.clone();
         let (tx, rx) = mpsc::channel(16);
         let ctx = ToolContext::new(tx.clone(), req.wants_progress, &req.log_level, exchange, self.catalog.clone());
-        tokio::spawn(async move {
+        let name = req.name.clone();
+        let work = async move {
             use pb::tool_event::Event;
+            let started = std::time::Instant::now();
             let event = match handler(args, ctx).await {
                 Ok(Outcome::Complete(v)) => Event::ResultJson(json_bytes(&v)),
                 Ok(Outcome::InputRequired { requests, state }) => {
@@ -164,15 +173,27 @@ impl Registry for RegistryService {
                     Event::ResultJson(json_bytes(&text_result("The tool failed to run.", true)))
                 }
             };
+            let outcome = match &event {
+                Event::ResultJson(json) if json_is_error(json) => "tool_error",
+                Event::ResultJson(_) => "ok",
+                Event::InputRequired(_) => "input_required",
+                _ => "error",
+            };
+            metrics::counter!("registry_tool_calls_total", "tool" => name.clone(), "outcome" => outcome).increment(1);
+            metrics::histogram!("registry_tool_duration_seconds", "tool" => name)
+                .record(started.elapsed().as_secs_f64());
             let _ = tx.send(Ok(pb::ToolEvent { event: Some(event) })).await;
-        });
+        };
+        tokio::spawn(tracing::Instrument::instrument(work, span));
         Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
     }
 
+    #[tracing::instrument(skip_all, fields(uri = %req.get_ref().uri))]
     async fn read_resource(
         &self,
         req: Request<pb::ReadResourceRequest>,
     ) -> Result<Response<pb::ReadResourceResult>, Status> {
+        mcp_proto::telemetry::extract_grpc(&tracing::Span::current(), req.metadata());
         let req = req.into_inner();
         let catalog = self.catalog.current();
         if let Some(resource) = catalog.resource(&req.uri).filter(|r| permits(req.caller.as_ref(), &r.scopes)) {
@@ -197,7 +218,9 @@ impl Registry for RegistryService {
         }
     }
 
+    #[tracing::instrument(skip_all, fields(prompt = %req.get_ref().name))]
     async fn get_prompt(&self, req: Request<pb::GetPromptRequest>) -> Result<Response<pb::GetPromptResult>, Status> {
+        mcp_proto::telemetry::extract_grpc(&tracing::Span::current(), req.metadata());
         let req = req.into_inner();
         let catalog = self.catalog.current();
         let prompt = catalog

@@ -48,7 +48,11 @@ pub async fn get(engine: &Engine, req: &Request<'_>) -> Result<Value, Error> {
         };
         let mut registry = engine.registry.clone();
         async move {
-            let result = registry.get_prompt(get).await.map_err(|s| from_registry(s, unknown))?.into_inner();
+            let result = registry
+                .get_prompt(mcp_proto::trust::outgoing(get))
+                .await
+                .map_err(|s| from_registry(s, unknown))?
+                .into_inner();
             Handled::from_wire(result.input_required, || input::parse(&result.json))
         }
     })
@@ -85,7 +89,7 @@ pub async fn complete(engine: &Engine, req: &Request<'_>) -> Result<Value, Error
     let result = engine
         .registry
         .clone()
-        .complete(complete)
+        .complete(mcp_proto::trust::outgoing(complete))
         .await
         .map_err(|s| {
             from_registry(s, || {

@@ -36,7 +36,11 @@ pub async fn read(engine: &Engine, req: &Request<'_>) -> Result<Value, Error> {
         };
         let mut registry = engine.registry.clone();
         async move {
-            let result = registry.read_resource(read).await.map_err(|s| from_registry(s, not_found))?.into_inner();
+            let result = registry
+                .read_resource(mcp_proto::trust::outgoing(read))
+                .await
+                .map_err(|s| from_registry(s, not_found))?
+                .into_inner();
             Handled::from_wire(result.input_required, || {
                 let contents = input::parse(&result.contents_json)?;
                 // Never answer a read with empty contents.

@@ -16,6 +16,7 @@ pub fn list(req: &Request<'_>, catalog: &CatalogView, page_size: usize) -> Resul
 
 pub async fn call(engine: &Engine, req: &Request<'_>, catalog: &CatalogView) -> Result<Value, Error> {
     let name = req.required_str("name")?;
+    tracing::Span::current().record("mcp.tool", name);
     // Clients may leave `arguments` out; that is `{}`.
     let arguments = match req.params.get("arguments") {
         None | Some(Value::Null) => json!({}),
@@ -69,7 +70,13 @@ async fn one_round(
     progress_token: Option<&Value>,
 ) -> Result<Handled, Error> {
     let unknown = || Error::UnknownTool(name.to_owned());
-    let mut events = engine.registry.clone().call_tool(call).await.map_err(|s| from_registry(s, unknown))?.into_inner();
+    let mut events = engine
+        .registry
+        .clone()
+        .call_tool(mcp_proto::trust::outgoing(call))
+        .await
+        .map_err(|s| from_registry(s, unknown))?
+        .into_inner();
     loop {
         // A client that went away cancelled the call: stop, which tells the tool too.
         let event = tokio::select! {

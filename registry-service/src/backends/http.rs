@@ -96,7 +96,29 @@ fn failed(message: String) -> Result<Outcome, ToolError> {
 }
 
 impl Upstream {
+    /// One upstream call, as a client span of the tool's trace (W3C `traceparent` sent along).
     async fn call(&self, args: &Value) -> Result<Outcome, ToolError> {
+        let span = tracing::info_span!(
+            "upstream.http",
+            otel.name = "upstream HTTP",
+            otel.kind = "client",
+            http.request.method = %self.method,
+            server.address = tracing::field::Empty,
+            http.response.status_code = tracing::field::Empty,
+        );
+        let started = std::time::Instant::now();
+        let outcome = tracing::Instrument::instrument(self.call_traced(args), span).await;
+        let result = match &outcome {
+            Ok(Outcome::Complete(v)) if v.get("isError") == Some(&Value::Bool(true)) => "error",
+            Ok(_) => "ok",
+            Err(_) => "error",
+        };
+        metrics::histogram!("registry_upstream_duration_seconds", "backend" => "http", "outcome" => result)
+            .record(started.elapsed().as_secs_f64());
+        outcome
+    }
+
+    async fn call_traced(&self, args: &Value) -> Result<Outcome, ToolError> {
         let render = |name: &str| self.templates.render(name, args).map_err(ToolError::Internal);
         let url = render("url")?;
         let mut url = match reqwest::Url::parse(url.trim()) {
@@ -114,7 +136,10 @@ impl Upstream {
         {
             return failed(format!("Refused to call {}: {refused}.", url.host_str().unwrap_or_default()));
         }
-        let mut request = self.client.request(self.method.clone(), url.clone());
+        tracing::Span::current().record("server.address", url.host_str().unwrap_or_default());
+        let mut trace_headers = reqwest::header::HeaderMap::new();
+        mcp_proto::telemetry::inject_http(&mut trace_headers);
+        let mut request = self.client.request(self.method.clone(), url.clone()).headers(trace_headers);
         for k in &self.headers {
             request = request.header(k, render(&format!("header:{k}"))?);
         }
@@ -127,7 +152,10 @@ impl Upstream {
         }
         let host = url.host_str().unwrap_or_default().to_owned();
         let response = match request.send().await {
-            Ok(r) => r,
+            Ok(r) => {
+                tracing::Span::current().record("http.response.status_code", r.status().as_u16());
+                r
+            }
             Err(e) if e.is_timeout() => return failed(format!("The upstream {host} did not answer in time.")),
             Err(e) => {
                 tracing::warn!(%host, error = %error_chain(&e), "upstream call failed");

@@ -288,8 +288,22 @@ macro_rules! bind_value {
 }
 
 impl Query {
+    /// The database kind, for traces (`db.system`).
+    fn system(&self) -> &'static str {
+        match self.db.pools {
+            Pools::Sqlite { .. } => "sqlite",
+            Pools::Postgres(_) => "postgresql",
+        }
+    }
+
     async fn run(&self, args: &Value) -> Result<Outcome, ToolError> {
-        let outcome = tokio::time::timeout(self.timeout, self.execute(args)).await;
+        let span = tracing::info_span!("upstream.sql", otel.name = "SQL query", otel.kind = "client", db.system = %self.system());
+        let started = std::time::Instant::now();
+        let outcome =
+            tracing::Instrument::instrument(tokio::time::timeout(self.timeout, self.execute(args)), span).await;
+        let result = if matches!(outcome, Ok(Ok(_))) { "ok" } else { "error" };
+        metrics::histogram!("registry_upstream_duration_seconds", "backend" => "sql", "outcome" => result)
+            .record(started.elapsed().as_secs_f64());
         let (rows, truncated) = match outcome {
             Err(_) => return Ok(Outcome::Complete(text_result("The query did not finish in time.", true))),
             Ok(Err(e)) => {

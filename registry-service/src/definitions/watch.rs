@@ -78,9 +78,13 @@ pub fn spawn(path: PathBuf, handle: CatalogHandle, shutdown: CancellationToken) 
                             watch_dir(&mut watcher, file);
                         }
                         handle.replace(catalog);
-                        tracing::info!(path = %path.display(), version = handle.current().version, "definitions reloaded");
+                        let version = handle.current().version;
+                        metrics::gauge!("registry_catalog_version").set(version as f64);
+                        metrics::counter!("registry_reloads_total", "outcome" => "ok").increment(1);
+                        tracing::info!(path = %path.display(), version, "definitions reloaded");
                     }
                     Err(e) => {
+                        metrics::counter!("registry_reloads_total", "outcome" => "failed").increment(1);
                         tracing::warn!(errors = %e, "definitions changed but are invalid; the previous catalog stays");
                     }
                 }

@@ -1,0 +1,74 @@
+//! One span and one set of metrics per HTTP request: the trace starts here (or continues the
+//! client's W3C `traceparent`), and `/metrics` shows requests by route, MCP method, era and
+//! status, their latency, and the requests in flight.
+
+use std::time::Instant;
+
+use axum::extract::Request;
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use tracing::Instrument as _;
+use tracing::field::Empty;
+
+/// What `/mcp` learned about a request, for the metrics (set on the response).
+#[derive(Clone, Copy, Debug)]
+pub struct McpLabels {
+    pub method: &'static str,
+    pub era: &'static str,
+}
+
+/// The route, as a bounded label.
+fn route(path: &str) -> &'static str {
+    match path {
+        "/mcp" => "/mcp",
+        "/healthz" | "/readyz" => "health",
+        "/metrics" => "/metrics",
+        p if p.starts_with("/oauth/") => "/oauth",
+        p if p.starts_with("/.well-known/") => "/.well-known",
+        _ => "other",
+    }
+}
+
+pub async fn observe(req: Request, next: Next) -> Response {
+    let route = route(req.uri().path());
+    let method = req.method().clone();
+    let span = tracing::info_span!(
+        "gateway.request",
+        otel.name = %format!("{method} {route}"),
+        otel.kind = "server",
+        http.request.method = %method,
+        http.route = route,
+        http.response.status_code = Empty,
+        request_id = Empty,
+        mcp.method = Empty,
+        mcp.era = Empty,
+        enduser.id = Empty,
+    );
+    if let Some(id) = req.headers().get("x-request-id").and_then(|v| v.to_str().ok()) {
+        span.record("request_id", id);
+    }
+    mcp_proto::telemetry::extract_http(&span, req.headers());
+    let started = Instant::now();
+    let in_flight = metrics::gauge!("gateway_http_in_flight_requests");
+    in_flight.increment(1.0);
+    let resp = next.run(req).instrument(span.clone()).await;
+    in_flight.decrement(1.0);
+    let status = resp.status().as_u16();
+    span.record("http.response.status_code", status);
+    let (mcp_method, era) = resp.extensions().get::<McpLabels>().map_or(("", ""), |l| (l.method, l.era));
+    let status = status.to_string();
+    metrics::counter!(
+        "gateway_http_requests_total",
+        "route" => route, "method" => mcp_method, "era" => era, "status" => status.clone()
+    )
+    .increment(1);
+    metrics::histogram!("gateway_http_request_duration_seconds", "route" => route, "method" => mcp_method, "era" => era)
+        .record(started.elapsed().as_secs_f64());
+    resp
+}
+
+/// `GET /metrics`: Prometheus text format.
+pub async fn metrics() -> Response {
+    ([(http::header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], mcp_proto::telemetry::render_metrics())
+        .into_response()
+}

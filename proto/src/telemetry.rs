@@ -1,0 +1,235 @@
+//! Logs, traces and metrics, the same way in every binary.
+//!
+//! - **Logs** to stderr (stdout is the protocol on stdio): `LOG_FORMAT=json` for JSON lines,
+//!   `LOG_LEVEL` or `RUST_LOG` for the filter (default `info`).
+//! - **Traces** through `tracing-opentelemetry` to an OTLP/gRPC collector configured by the
+//!   standard variables (`OTEL_EXPORTER_OTLP_ENDPOINT` or `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`,
+//!   `OTEL_SERVICE_NAME`, `OTEL_EXPORTER_OTLP_HEADERS`…); off when no endpoint is set or
+//!   `OTEL_SDK_DISABLED=true`. W3C `traceparent` travels in HTTP headers and gRPC metadata:
+//!   [`extract_http`], [`extract_grpc`], [`inject_grpc`], [`inject_http`].
+//! - **Metrics** in the Prometheus text format through the `metrics` facade: [`render_metrics`].
+
+use std::sync::OnceLock;
+
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+use opentelemetry::propagation::{Extractor, Injector};
+use opentelemetry::trace::TracerProvider as _;
+use opentelemetry_sdk::trace::SdkTracerProvider;
+use tracing_opentelemetry::OpenTelemetrySpanExt as _;
+use tracing_subscriber::layer::SubscriberExt as _;
+use tracing_subscriber::util::SubscriberInitExt as _;
+use tracing_subscriber::{EnvFilter, Layer as _};
+
+static METRICS: OnceLock<Option<PrometheusHandle>> = OnceLock::new();
+
+/// Latency buckets, in seconds: 100 µs to 10 s.
+const LATENCY_BUCKETS: [f64; 14] =
+    [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 10.0];
+
+/// Keeps the trace exporter alive; flushes pending spans when dropped.
+pub struct Telemetry {
+    tracer: Option<SdkTracerProvider>,
+}
+
+impl Drop for Telemetry {
+    fn drop(&mut self) {
+        if let Some(provider) = self.tracer.take()
+            && let Err(e) = provider.shutdown()
+        {
+            eprintln!("telemetry: flushing traces failed: {e}");
+        }
+    }
+}
+
+/// Whether an OTLP trace endpoint is configured.
+fn tracing_wanted() -> bool {
+    let set = |k: &str| std::env::var(k).is_ok_and(|v| !v.trim().is_empty());
+    let disabled = std::env::var("OTEL_SDK_DISABLED").is_ok_and(|v| v.eq_ignore_ascii_case("true"));
+    !disabled && (set("OTEL_EXPORTER_OTLP_ENDPOINT") || set("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"))
+}
+
+/// Set up logging, tracing (when configured) and the metrics recorder for `service`.
+pub fn init(service: &'static str) -> Telemetry {
+    let filter =
+        std::env::var("RUST_LOG").or_else(|_| std::env::var("LOG_LEVEL")).unwrap_or_else(|_| "info".to_owned());
+    let filter = EnvFilter::try_new(&filter).unwrap_or_else(|_| EnvFilter::new("info"));
+    let json = std::env::var("LOG_FORMAT").is_ok_and(|f| f.eq_ignore_ascii_case("json"));
+    let fmt = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+    let fmt = if json {
+        fmt.json().flatten_event(true).with_current_span(false).with_span_list(false).with_filter(filter).boxed()
+    } else {
+        fmt.with_ansi(false).with_filter(filter).boxed()
+    };
+
+    let mut problem = None;
+    let tracer = if tracing_wanted() {
+        match opentelemetry_otlp::SpanExporter::builder().with_tonic().build() {
+            Ok(exporter) => {
+                let name = std::env::var("OTEL_SERVICE_NAME").unwrap_or_else(|_| service.to_owned());
+                let resource = opentelemetry_sdk::Resource::builder().with_service_name(name).build();
+                Some(SdkTracerProvider::builder().with_batch_exporter(exporter).with_resource(resource).build())
+            }
+            Err(e) => {
+                problem = Some(e.to_string());
+                None
+            }
+        }
+    } else {
+        None
+    };
+    opentelemetry::global::set_text_map_propagator(opentelemetry_sdk::propagation::TraceContextPropagator::new());
+    let otel = tracer.as_ref().map(|provider| {
+        // Only our spans go to the collector, not every dependency's.
+        let targets = EnvFilter::new(
+            "gateway=info,mcp_service=info,registry_service=info,oauth_service=info,mcp_proto=info,otel=info",
+        );
+        tracing_opentelemetry::layer().with_tracer(provider.tracer(service)).with_filter(targets)
+    });
+    let _ = tracing_subscriber::registry().with(fmt).with(otel).try_init();
+    if let Some(e) = problem {
+        tracing::warn!(error = %e, "traces are off: the OTLP exporter could not be set up");
+    }
+    init_metrics();
+    Telemetry { tracer }
+}
+
+/// Install the Prometheus recorder once per process.
+pub fn init_metrics() {
+    METRICS.get_or_init(|| {
+        let builder = PrometheusBuilder::new()
+            .set_buckets_for_metric(Matcher::Suffix("_seconds".into()), &LATENCY_BUCKETS)
+            .and_then(|b| b.install_recorder());
+        match builder {
+            Ok(handle) => Some(handle),
+            Err(e) => {
+                tracing::warn!(error = %e, "metrics are off");
+                None
+            }
+        }
+    });
+}
+
+/// The metrics of this process in the Prometheus text format.
+pub fn render_metrics() -> String {
+    match METRICS.get() {
+        Some(Some(handle)) => {
+            handle.run_upkeep();
+            handle.render()
+        }
+        _ => String::new(),
+    }
+}
+
+/// Serve `/metrics` on its own address (the gRPC services' admin port) until `shutdown`.
+pub async fn serve_metrics(
+    addr: std::net::SocketAddr,
+    shutdown: tokio_util::sync::CancellationToken,
+) -> std::io::Result<std::net::SocketAddr> {
+    let listener = tokio::net::TcpListener::bind(addr).await?;
+    let bound = listener.local_addr()?;
+    let app = axum::Router::new().route(
+        "/metrics",
+        axum::routing::get(|| async {
+            ([(http::header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], render_metrics())
+        }),
+    );
+    tracing::info!(addr = %bound, "metrics listening");
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).with_graceful_shutdown(async move { shutdown.cancelled().await }).await;
+    });
+    Ok(bound)
+}
+
+struct HeaderCarrier<'a>(&'a http::HeaderMap);
+
+impl Extractor for HeaderCarrier<'_> {
+    fn get(&self, key: &str) -> Option<&str> {
+        self.0.get(key).and_then(|v| v.to_str().ok())
+    }
+    fn keys(&self) -> Vec<&str> {
+        self.0.keys().map(http::HeaderName::as_str).collect()
+    }
+}
+
+struct HeaderInjector<'a>(&'a mut http::HeaderMap);
+
+impl Injector for HeaderInjector<'_> {
+    fn set(&mut self, key: &str, value: String) {
+        if let (Ok(k), Ok(v)) = (http::HeaderName::try_from(key), http::HeaderValue::from_str(&value)) {
+            self.0.insert(k, v);
+        }
+    }
+}
+
+struct MetadataCarrier<'a>(&'a tonic::metadata::MetadataMap);
+
+impl Extractor for MetadataCarrier<'_> {
+    fn get(&self, key: &str) -> Option<&str> {
+        self.0.get(key).and_then(|v| v.to_str().ok())
+    }
+    fn keys(&self) -> Vec<&str> {
+        self.0
+            .keys()
+            .filter_map(|k| match k {
+                tonic::metadata::KeyRef::Ascii(k) => Some(k.as_str()),
+                tonic::metadata::KeyRef::Binary(_) => None,
+            })
+            .collect()
+    }
+}
+
+struct MetadataInjector<'a>(&'a mut tonic::metadata::MetadataMap);
+
+impl Injector for MetadataInjector<'_> {
+    fn set(&mut self, key: &str, value: String) {
+        if let (Ok(k), Ok(v)) = (
+            tonic::metadata::MetadataKey::<tonic::metadata::Ascii>::from_bytes(key.as_bytes()),
+            tonic::metadata::MetadataValue::try_from(value.as_str()),
+        ) {
+            self.0.insert(k, v);
+        }
+    }
+}
+
+/// Make `span` a child of the trace named by the request's `traceparent`, if any.
+pub fn extract_http(span: &tracing::Span, headers: &http::HeaderMap) {
+    if headers.contains_key("traceparent") {
+        let cx = opentelemetry::global::get_text_map_propagator(|p| p.extract(&HeaderCarrier(headers)));
+        let _ = span.set_parent(cx);
+    }
+}
+
+/// Make `span` a child of the trace the caller's gRPC metadata names, if any.
+pub fn extract_grpc(span: &tracing::Span, metadata: &tonic::metadata::MetadataMap) {
+    if metadata.contains_key("traceparent") {
+        let cx = opentelemetry::global::get_text_map_propagator(|p| p.extract(&MetadataCarrier(metadata)));
+        let _ = span.set_parent(cx);
+    }
+}
+
+/// Carry the current span's trace to the next gRPC hop.
+pub fn inject_grpc(metadata: &mut tonic::metadata::MetadataMap) {
+    let cx = tracing::Span::current().context();
+    opentelemetry::global::get_text_map_propagator(|p| p.inject_context(&cx, &mut MetadataInjector(metadata)));
+}
+
+/// Carry the current span's trace to an upstream HTTP call.
+pub fn inject_http(headers: &mut http::HeaderMap) {
+    let cx = tracing::Span::current().context();
+    opentelemetry::global::get_text_map_propagator(|p| p.inject_context(&cx, &mut HeaderInjector(headers)));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn metrics_render_in_prometheus_text() {
+        init_metrics();
+        metrics::counter!("test_requests_total", "method" => "tools/list").increment(2);
+        metrics::histogram!("test_latency_seconds").record(0.003);
+        let text = render_metrics();
+        assert!(text.contains("test_requests_total{method=\"tools/list\"} 2"), "{text}");
+        assert!(text.contains("test_latency_seconds_bucket{le=\"0.005\"} 1"), "{text}");
+    }
+}
