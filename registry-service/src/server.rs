@@ -134,11 +134,69 @@ impl Registry for RegistryService {
 
     type CallToolStream = EventStream<pb::ToolEvent>;
 
-    #[tracing::instrument(skip_all, fields(tool = %req.get_ref().name))]
     async fn call_tool(&self, req: Request<pb::CallToolRequest>) -> Result<Response<Self::CallToolStream>, Status> {
-        let span = tracing::Span::current();
-        mcp_proto::telemetry::extract_grpc(&span, req.metadata());
+        let span = server_span("registry call_tool", &req);
+        tracing::Instrument::instrument(self.call_tool_traced(req.into_inner()), span).await
+    }
+
+    async fn read_resource(
+        &self,
+        req: Request<pb::ReadResourceRequest>,
+    ) -> Result<Response<pb::ReadResourceResult>, Status> {
+        let span = server_span("registry read_resource", &req);
+        tracing::Instrument::instrument(self.read_resource_traced(req.into_inner()), span).await
+    }
+
+    async fn get_prompt(&self, req: Request<pb::GetPromptRequest>) -> Result<Response<pb::GetPromptResult>, Status> {
+        let span = server_span("registry get_prompt", &req);
+        tracing::Instrument::instrument(self.get_prompt_traced(req.into_inner()), span).await
+    }
+    async fn complete(&self, req: Request<pb::CompleteRequest>) -> Result<Response<pb::CompleteResult>, Status> {
+        const MAX_VALUES: usize = 100;
         let req = req.into_inner();
+        let catalog = self.catalog.current();
+        let candidates: &[String] = match req.ref_type.as_str() {
+            "ref/prompt" => {
+                let prompt = catalog
+                    .prompt(&req.ref_name)
+                    .filter(|p| permits(req.caller.as_ref(), &p.scopes))
+                    .ok_or_else(|| not_found("prompt", &req.ref_name))?;
+                prompt.completions.get(&req.argument_name).map(Vec::as_slice).unwrap_or(&[])
+            }
+            "ref/resource" => {
+                let template = catalog
+                    .templates
+                    .iter()
+                    .find(|t| t.uri_template == req.ref_name)
+                    .filter(|t| permits(req.caller.as_ref(), &t.scopes))
+                    .ok_or_else(|| not_found("resource template", &req.ref_name))?;
+                template.completions.get(&req.argument_name).map(Vec::as_slice).unwrap_or(&[])
+            }
+            other => return Err(Status::invalid_argument(format!("unknown reference type: {other}"))),
+        };
+        let prefix = req.argument_value.to_lowercase();
+        let matching: Vec<String> =
+            candidates.iter().filter(|c| c.to_lowercase().starts_with(&prefix)).cloned().collect();
+        let total = matching.len();
+        let values: Vec<String> = matching.into_iter().take(MAX_VALUES).collect();
+        Ok(Response::new(pb::CompleteResult {
+            has_more: total > values.len(),
+            total: u32::try_from(total).ok(),
+            values,
+        }))
+    }
+}
+
+/// The span of one gRPC call, continuing the caller's trace.
+fn server_span<T>(name: &'static str, req: &Request<T>) -> tracing::Span {
+    let span = tracing::info_span!("registry.call", otel.name = name, otel.kind = "server");
+    mcp_proto::telemetry::extract_grpc(&span, req.metadata());
+    span
+}
+
+impl RegistryService {
+    async fn call_tool_traced(&self, req: pb::CallToolRequest) -> Result<Response<EventStream<pb::ToolEvent>>, Status> {
+        let span = tracing::Span::current();
         let catalog = self.catalog.current();
         let tool = catalog
             .tool(&req.name)
@@ -188,13 +246,10 @@ impl Registry for RegistryService {
         Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
     }
 
-    #[tracing::instrument(skip_all, fields(uri = %req.get_ref().uri))]
-    async fn read_resource(
+    async fn read_resource_traced(
         &self,
-        req: Request<pb::ReadResourceRequest>,
+        req: pb::ReadResourceRequest,
     ) -> Result<Response<pb::ReadResourceResult>, Status> {
-        mcp_proto::telemetry::extract_grpc(&tracing::Span::current(), req.metadata());
-        let req = req.into_inner();
         let catalog = self.catalog.current();
         if let Some(resource) = catalog.resource(&req.uri).filter(|r| permits(req.caller.as_ref(), &r.scopes)) {
             let contents = json_bytes(&resource.contents().map_err(Status::internal)?);
@@ -218,10 +273,7 @@ impl Registry for RegistryService {
         }
     }
 
-    #[tracing::instrument(skip_all, fields(prompt = %req.get_ref().name))]
-    async fn get_prompt(&self, req: Request<pb::GetPromptRequest>) -> Result<Response<pb::GetPromptResult>, Status> {
-        mcp_proto::telemetry::extract_grpc(&tracing::Span::current(), req.metadata());
-        let req = req.into_inner();
+    async fn get_prompt_traced(&self, req: pb::GetPromptRequest) -> Result<Response<pb::GetPromptResult>, Status> {
         let catalog = self.catalog.current();
         let prompt = catalog
             .prompt(&req.name)
@@ -238,40 +290,5 @@ impl Registry for RegistryService {
             })),
             Outcome::MissingCapabilities(_) => Err(Status::failed_precondition("missing client capabilities")),
         }
-    }
-
-    async fn complete(&self, req: Request<pb::CompleteRequest>) -> Result<Response<pb::CompleteResult>, Status> {
-        const MAX_VALUES: usize = 100;
-        let req = req.into_inner();
-        let catalog = self.catalog.current();
-        let candidates: &[String] = match req.ref_type.as_str() {
-            "ref/prompt" => {
-                let prompt = catalog
-                    .prompt(&req.ref_name)
-                    .filter(|p| permits(req.caller.as_ref(), &p.scopes))
-                    .ok_or_else(|| not_found("prompt", &req.ref_name))?;
-                prompt.completions.get(&req.argument_name).map(Vec::as_slice).unwrap_or(&[])
-            }
-            "ref/resource" => {
-                let template = catalog
-                    .templates
-                    .iter()
-                    .find(|t| t.uri_template == req.ref_name)
-                    .filter(|t| permits(req.caller.as_ref(), &t.scopes))
-                    .ok_or_else(|| not_found("resource template", &req.ref_name))?;
-                template.completions.get(&req.argument_name).map(Vec::as_slice).unwrap_or(&[])
-            }
-            other => return Err(Status::invalid_argument(format!("unknown reference type: {other}"))),
-        };
-        let prefix = req.argument_value.to_lowercase();
-        let matching: Vec<String> =
-            candidates.iter().filter(|c| c.to_lowercase().starts_with(&prefix)).cloned().collect();
-        let total = matching.len();
-        let values: Vec<String> = matching.into_iter().take(MAX_VALUES).collect();
-        Ok(Response::new(pb::CompleteResult {
-            has_more: total > values.len(),
-            total: u32::try_from(total).ok(),
-            values,
-        }))
     }
 }

@@ -8,6 +8,7 @@ mod http;
 mod http_backend;
 mod oauth;
 mod oauth_clients;
+mod observability;
 mod process;
 mod sessions;
 mod sql_backend;
