@@ -7,7 +7,9 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::body::Bytes;
-use axum::extract::State;
+use std::net::SocketAddr;
+
+use axum::extract::{ConnectInfo, State};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get, post};
 use http::{HeaderMap, HeaderName, Method, StatusCode, header};
@@ -34,6 +36,7 @@ pub struct Gateway {
     pub health: HealthClient<Channel>,
     pub oauth: OAuthProxy,
     pub policy: OriginPolicy,
+    pub limits: crate::limits::Limits,
     pub draining: AtomicBool,
 }
 
@@ -98,12 +101,18 @@ async fn protected_resource(State(gw): State<Arc<Gateway>>) -> Response {
     }
 }
 
-/// The caller, when authentication is on: `Err` is the 401 to send.
-async fn authenticate(gw: &Gateway, headers: &HeaderMap) -> Result<Option<pb::Principal>, Response> {
-    match &gw.auth {
-        None => Ok(None),
-        Some(auth) => auth.principal(headers).await.map(Some).map_err(|denied| auth.challenge(&denied)),
+/// The caller, when authentication is on (`Err` is the 401 to send), within the rate limits
+/// per address and per caller (`Err` is the 429).
+async fn authenticate(gw: &Gateway, peer: SocketAddr, headers: &HeaderMap) -> Result<Option<pb::Principal>, Response> {
+    gw.limits.check_ip(peer.ip())?;
+    let principal = match &gw.auth {
+        None => None,
+        Some(auth) => Some(auth.principal(headers).await.map_err(|denied| auth.challenge(&denied))?),
+    };
+    if let Some(p) = &principal {
+        gw.limits.check_client(&p.subject)?;
     }
+    Ok(principal)
 }
 
 async fn method_not_allowed() -> Response {
@@ -112,11 +121,15 @@ async fn method_not_allowed() -> Response {
 
 /// `GET /mcp`: a legacy session's stream of server-initiated messages. Without a session
 /// there is no such stream (405, as a modern-only server answers).
-async fn mcp_get(State(gw): State<Arc<Gateway>>, headers: HeaderMap) -> Response {
+async fn mcp_get(
+    State(gw): State<Arc<Gateway>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+) -> Response {
     if let Err(r) = gw.policy.check(&headers) {
         return refusal(r, None);
     }
-    let principal = match authenticate(&gw, &headers).await {
+    let principal = match authenticate(&gw, peer, &headers).await {
         Ok(p) => p,
         Err(challenge) => return challenge,
     };
@@ -133,11 +146,15 @@ async fn mcp_get(State(gw): State<Arc<Gateway>>, headers: HeaderMap) -> Response
 }
 
 /// `DELETE /mcp`: the client ends its legacy session.
-async fn mcp_delete(State(gw): State<Arc<Gateway>>, headers: HeaderMap) -> Response {
+async fn mcp_delete(
+    State(gw): State<Arc<Gateway>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+) -> Response {
     if let Err(r) = gw.policy.check(&headers) {
         return refusal(r, None);
     }
-    let principal = match authenticate(&gw, &headers).await {
+    let principal = match authenticate(&gw, peer, &headers).await {
         Ok(p) => p,
         Err(challenge) => return challenge,
     };
@@ -185,11 +202,16 @@ fn refusal(r: Refusal, id: Option<&str>) -> Response {
 /// → body size (413, by the layer) → JSON-RPC envelope (-32700/-32600, 400) → era → for a
 /// modern request with complete `_meta`, the routing headers (-32020, 400) → forward. The
 /// protocol engine then checks `_meta`, version, method and capabilities.
-async fn mcp_post(State(gw): State<Arc<Gateway>>, headers: HeaderMap, body: Bytes) -> Response {
+async fn mcp_post(
+    State(gw): State<Arc<Gateway>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
     if let Err(r) = gw.policy.check(&headers) {
         return refusal(r, None);
     }
-    let principal = match authenticate(&gw, &headers).await {
+    let principal = match authenticate(&gw, peer, &headers).await {
         Ok(p) => p,
         Err(challenge) => return challenge,
     };

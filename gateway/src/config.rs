@@ -48,6 +48,10 @@ pub struct Config {
     /// The gateway's confidential client for introspection (standalone mode makes its own).
     pub introspection_client_id: Option<String>,
     pub introspection_client_secret: Option<String>,
+    /// Requests per second on `/mcp` per client address (burst of twice that; 0: no limit).
+    pub rate_limit_per_ip: u32,
+    /// Requests per second on `/mcp` per authenticated caller (0: no limit).
+    pub rate_limit_per_client: u32,
     /// Shared token presented to mcp-service (see `mcp_proto::trust`).
     pub service_token: Option<String>,
     /// Serve without authentication on a non-loopback address (refused unless set).
@@ -75,6 +79,8 @@ impl Default for Config {
             token_validation: "jwt".to_owned(),
             introspection_client_id: None,
             introspection_client_secret: None,
+            rate_limit_per_ip: 0,
+            rate_limit_per_client: 0,
             service_token: None,
             allow_unauthenticated: false,
         }

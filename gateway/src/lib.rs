@@ -9,6 +9,7 @@
 //! - [`config`]: the typed configuration.
 //! - [`app`]: routes, tower-http layers and the `/mcp` handler.
 //! - [`auth`]: the protected resource: bearer JWTs checked locally against the JWKS.
+//! - [`limits`]: rate limits per client address and per caller.
 //! - [`headers`]: pure checks over headers (`Host`, `Origin`, `Accept`, MCP routing headers).
 //! - [`era`]: the HTTP era rule.
 //! - [`forward`]: the gRPC call and the mapping of frames to HTTP.
@@ -22,6 +23,7 @@ pub mod config;
 pub mod era;
 pub mod forward;
 pub mod headers;
+pub mod limits;
 pub mod oauth_proxy;
 pub mod observe;
 pub mod standalone;
@@ -109,7 +111,19 @@ pub async fn serve(listener: TcpListener, config: Config, shutdown: Cancellation
         health: tonic_health::pb::health_client::HealthClient::new(channel),
         oauth: oauth_proxy::OAuthProxy::new(&oauth_url).map_err(Error::Config)?,
         policy: config.origin_policy(addr),
+        limits: limits::Limits::new(config.rate_limit_per_ip, config.rate_limit_per_client),
         draining: AtomicBool::new(false),
+    });
+    let sweeper = state.clone();
+    let stop_sweeping = shutdown.clone();
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(Duration::from_secs(60));
+        loop {
+            tokio::select! {
+                _ = stop_sweeping.cancelled() => return,
+                _ = tick.tick() => sweeper.limits.forget_idle(),
+            }
+        }
     });
     let app = app::router(state.clone(), config.max_body_bytes);
     tracing::info!(service = "gateway", %addr, endpoint = %format!("http://{addr}/mcp"), "listening");

@@ -77,18 +77,22 @@ pub async fn proxy(
         }
         Ok(Err(e)) => {
             tracing::warn!(error = %e, "oauth-service unreachable");
-            (
-                StatusCode::BAD_GATEWAY,
-                [(header::CONTENT_TYPE, "application/json")],
-                r#"{"error":"temporarily_unavailable"}"#,
-            )
-                .into_response()
+            unavailable()
         }
-        Err(_) => (
-            StatusCode::GATEWAY_TIMEOUT,
-            [(header::CONTENT_TYPE, "application/json")],
-            r#"{"error":"temporarily_unavailable"}"#,
-        )
-            .into_response(),
+        Err(_) => {
+            tracing::warn!("oauth-service did not answer in time");
+            unavailable()
+        }
     }
+}
+
+/// The authorisation server cannot be reached: 503 with a retry hint (RFC 6749 §4.1.2.1's
+/// `temporarily_unavailable`); tokens already issued keep working at `/mcp`.
+fn unavailable() -> Response {
+    (
+        StatusCode::SERVICE_UNAVAILABLE,
+        [(header::CONTENT_TYPE, "application/json"), (header::RETRY_AFTER, "5"), (header::CACHE_CONTROL, "no-store")],
+        r#"{"error":"temporarily_unavailable","error_description":"the authorisation server is unavailable; retry shortly"}"#,
+    )
+        .into_response()
 }

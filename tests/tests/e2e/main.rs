@@ -4,6 +4,7 @@
 mod auth;
 mod definitions;
 mod errors;
+mod faults;
 mod http;
 mod http_backend;
 mod oauth;
