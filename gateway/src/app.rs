@@ -104,13 +104,13 @@ async fn protected_resource(State(gw): State<Arc<Gateway>>) -> Response {
 /// The caller, when authentication is on (`Err` is the 401 to send), within the rate limits
 /// per address and per caller (`Err` is the 429).
 async fn authenticate(gw: &Gateway, peer: SocketAddr, headers: &HeaderMap) -> Result<Option<pb::Principal>, Response> {
-    gw.limits.check_ip(peer.ip())?;
+    gw.limits.check_ip(peer.ip()).map_err(IntoResponse::into_response)?;
     let principal = match &gw.auth {
         None => None,
         Some(auth) => Some(auth.principal(headers).await.map_err(|denied| auth.challenge(&denied))?),
     };
     if let Some(p) = &principal {
-        gw.limits.check_client(&p.subject)?;
+        gw.limits.check_client(&p.subject).map_err(IntoResponse::into_response)?;
     }
     Ok(principal)
 }

@@ -26,18 +26,18 @@ impl Limits {
         Self { per_ip: limiter(per_ip_per_second), per_client: limiter(per_client_per_second) }
     }
 
-    /// `Err` is the 429 to send.
-    pub fn check_ip(&self, ip: IpAddr) -> Result<(), Response> {
+    /// `Err`: over the limit, with how long to wait.
+    pub fn check_ip(&self, ip: IpAddr) -> Result<(), Limited> {
         match &self.per_ip {
-            Some(l) => l.check_key(&ip).map_err(|n| too_many(n.wait_time_from(DefaultClock::default().now()))),
+            Some(l) => l.check_key(&ip).map_err(|n| Limited(n.wait_time_from(DefaultClock::default().now()))),
             None => Ok(()),
         }
     }
 
-    pub fn check_client(&self, subject: &str) -> Result<(), Response> {
+    pub fn check_client(&self, subject: &str) -> Result<(), Limited> {
         match &self.per_client {
             Some(l) => {
-                l.check_key(&subject.to_owned()).map_err(|n| too_many(n.wait_time_from(DefaultClock::default().now())))
+                l.check_key(&subject.to_owned()).map_err(|n| Limited(n.wait_time_from(DefaultClock::default().now())))
             }
             None => Ok(()),
         }
@@ -51,6 +51,16 @@ impl Limits {
         if let Some(l) = &self.per_client {
             l.retain_recent();
         }
+    }
+}
+
+/// Over a rate limit: the 429 to send.
+#[derive(Debug)]
+pub struct Limited(pub std::time::Duration);
+
+impl IntoResponse for Limited {
+    fn into_response(self) -> Response {
+        too_many(self.0)
     }
 }
 
@@ -81,7 +91,7 @@ mod tests {
         let ip: IpAddr = [10, 0, 0, 1].into();
         let ok = (0..10).take_while(|_| limits.check_ip(ip).is_ok()).count();
         assert_eq!(ok, 4, "a burst of twice the rate");
-        let refused = limits.check_ip(ip).expect_err("limited");
+        let refused = limits.check_ip(ip).expect_err("limited").into_response();
         assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
         assert!(refused.headers().contains_key(header::RETRY_AFTER));
         assert!(limits.check_ip([10, 0, 0, 2].into()).is_ok(), "per address");
