@@ -37,6 +37,8 @@ pub struct Gateway {
     pub oauth: OAuthProxy,
     pub policy: OriginPolicy,
     pub limits: crate::limits::Limits,
+    /// How long a client may take to send a request body (slow clients are cut off: 408).
+    pub body_timeout: Duration,
     pub draining: AtomicBool,
 }
 
@@ -206,7 +208,7 @@ async fn mcp_post(
     State(gw): State<Arc<Gateway>>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     headers: HeaderMap,
-    body: Bytes,
+    body: axum::body::Body,
 ) -> Response {
     if let Err(r) = gw.policy.check(&headers) {
         return refusal(r, None);
@@ -221,6 +223,10 @@ async fn mcp_post(
     let accepts = match headers::accepts(&headers) {
         Ok(a) => a,
         Err(r) => return refusal(r, None),
+    };
+    let body = match read_body(body, gw.body_timeout).await {
+        Ok(b) => b,
+        Err(resp) => return resp,
     };
     let header_version = match headers::protocol_version(&headers) {
         Ok(v) => v,
@@ -281,6 +287,28 @@ async fn mcp_post(
     }
     resp.extensions_mut().insert(labels);
     resp
+}
+
+/// The whole body, within the size limit (413) and the time limit (408).
+async fn read_body(body: axum::body::Body, timeout: Duration) -> Result<Bytes, Response> {
+    match tokio::time::timeout(timeout, axum::body::to_bytes(body, usize::MAX)).await {
+        Ok(Ok(bytes)) => Ok(bytes),
+        Ok(Err(e)) => {
+            let too_large = std::iter::successors(Some(&e as &dyn std::error::Error), |e| e.source())
+                .any(|e| e.is::<http_body_util::LengthLimitError>());
+            Err(if too_large {
+                rpc_error(StatusCode::PAYLOAD_TOO_LARGE, None, ErrorCode::INVALID_REQUEST, "Payload too large")
+            } else {
+                rpc_error(StatusCode::BAD_REQUEST, None, ErrorCode::INVALID_REQUEST, "The request body broke off")
+            })
+        }
+        Err(_) => Err(rpc_error(
+            StatusCode::REQUEST_TIMEOUT,
+            None,
+            ErrorCode::INVALID_REQUEST,
+            "Request timeout: the body did not arrive in time",
+        )),
+    }
 }
 
 /// `Mcp-Param-{Name}` headers, by lower-case name without the prefix.

@@ -48,6 +48,8 @@ pub struct Config {
     /// The gateway's confidential client for introspection (standalone mode makes its own).
     pub introspection_client_id: Option<String>,
     pub introspection_client_secret: Option<String>,
+    /// Seconds a client may take to send a request body (408 after).
+    pub body_timeout_secs: u64,
     /// Requests per second on `/mcp` per client address (burst of twice that; 0: no limit).
     pub rate_limit_per_ip: u32,
     /// Requests per second on `/mcp` per authenticated caller (0: no limit).
@@ -79,6 +81,7 @@ impl Default for Config {
             token_validation: "jwt".to_owned(),
             introspection_client_id: None,
             introspection_client_secret: None,
+            body_timeout_secs: 30,
             rate_limit_per_ip: 0,
             rate_limit_per_client: 0,
             service_token: None,

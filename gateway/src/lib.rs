@@ -112,6 +112,7 @@ pub async fn serve(listener: TcpListener, config: Config, shutdown: Cancellation
         oauth: oauth_proxy::OAuthProxy::new(&oauth_url).map_err(Error::Config)?,
         policy: config.origin_policy(addr),
         limits: limits::Limits::new(config.rate_limit_per_ip, config.rate_limit_per_client),
+        body_timeout: Duration::from_secs(config.body_timeout_secs.max(1)),
         draining: AtomicBool::new(false),
     });
     let sweeper = state.clone();

@@ -112,3 +112,54 @@ async fn rate_limits_answer_429_with_retry_after() {
     let health = e2e::http().get(format!("{}/healthz", gw.url())).send().await.expect("GET");
     assert_eq!(health.status().as_u16(), 200);
 }
+
+/// A client that sends its body too slowly is cut off with 408, and the server goes on serving;
+/// a chunked body past the limit is refused with 413 without reading it whole.
+#[tokio::test]
+async fn slow_and_oversize_bodies_are_cut_off() {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let gw = Proc::start_with_env(
+        "gateway",
+        &["--standalone", "--listen", "127.0.0.1:0"],
+        &[("GATEWAY_BODY_TIMEOUT_SECS", "1"), ("GATEWAY_MAX_BODY_BYTES", "1000")],
+        "gateway",
+    )
+    .await;
+    let addr = gw.addr();
+    let mut slow = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    let head = format!(
+        "POST /mcp HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nAccept: application/json\r\nContent-Length: 100\r\n\r\n{{\"jsonrpc\""
+    );
+    slow.write_all(head.as_bytes()).await.expect("write");
+    let mut answer = vec![0u8; 4096];
+    let started = std::time::Instant::now();
+    let n = tokio::time::timeout(std::time::Duration::from_secs(10), slow.read(&mut answer))
+        .await
+        .expect("answered before the test's own deadline")
+        .expect("read");
+    let text = String::from_utf8_lossy(&answer[..n]);
+    assert!(text.starts_with("HTTP/1.1 408"), "{text}");
+    assert!(started.elapsed() < std::time::Duration::from_secs(5));
+
+    let mut chunked = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    let head = format!(
+        "POST /mcp HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nAccept: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
+    );
+    chunked.write_all(head.as_bytes()).await.expect("write");
+    let chunk = format!("{:x}\r\n{}\r\n", 800, "x".repeat(800));
+    for _ in 0..3 {
+        if chunked.write_all(chunk.as_bytes()).await.is_err() {
+            break;
+        }
+    }
+    let n = tokio::time::timeout(std::time::Duration::from_secs(10), chunked.read(&mut answer))
+        .await
+        .expect("answered")
+        .expect("read");
+    let text = String::from_utf8_lossy(&answer[..n]);
+    assert!(text.starts_with("HTTP/1.1 413"), "{text}");
+
+    // Still serving.
+    let ok = Client::new(&format!("{}/mcp", gw.url())).modern(1, "tools/list", json!({})).await;
+    assert_eq!(ok.status, 200);
+}
