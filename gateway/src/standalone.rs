@@ -80,7 +80,9 @@ pub async fn run(mut config: Config, shutdown: CancellationToken) -> Result<(), 
     }
     oauth_config.validate().map_err(|e| Error::Config(format!("oauth-service: {e}")))?;
     let (listener, oauth_addr) = loopback().await?;
-    tasks.spawn(component(oauth_service::serve(listener, oauth_config, inner.clone())));
+    // Ready (storage open, bootstrap user created) before the gateway says it listens.
+    let oauth_state = oauth_service::prepare(oauth_config).await?;
+    tasks.spawn(component(oauth_service::serve_prepared(listener, oauth_state, inner.clone())));
 
     config.mcp_service = Some(format!("http://{mcp_addr}"));
     config.oauth_service = Some(format!("http://{oauth_addr}"));

@@ -121,8 +121,22 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), Erro
 
 /// Serve on a bound listener until `shutdown`.
 pub async fn serve(listener: TcpListener, config: Config, shutdown: CancellationToken) -> Result<(), Error> {
-    let addr = listener.local_addr().map_err(|source| Error::Bind { addr: config.listen, source })?;
-    let state = Arc::new(state(config).await?);
+    let state = prepare(config).await?;
+    serve_prepared(listener, state, shutdown).await
+}
+
+/// Open storage, load keys and create the bootstrap user: everything before the first request.
+pub async fn prepare(config: Config) -> Result<Arc<AppState>, Error> {
+    Ok(Arc::new(state(config).await?))
+}
+
+/// Serve a prepared service on a bound listener until `shutdown`.
+pub async fn serve_prepared(
+    listener: TcpListener,
+    state: Arc<AppState>,
+    shutdown: CancellationToken,
+) -> Result<(), Error> {
+    let addr = listener.local_addr().map_err(|source| Error::Bind { addr: state.config.listen, source })?;
     let app = router(state.clone());
     tokio::spawn(housekeeping(state.clone(), shutdown.clone()));
     tracing::info!(service = "oauth-service", %addr, issuer = %state.config.issuer, "listening");
