@@ -20,8 +20,11 @@ cargo clippy --workspace --all-targets --locked -- -D warnings
 step "build"
 cargo build --workspace --bins --locked
 
-step "conformance (official MCP suite, both eras)"
+step "deployment (Dockerfile, definitions, Kubernetes manifests)"
 status=0
+deploy/check.sh || status=1
+
+step "conformance (official MCP suite, both eras)"
 tests/conformance/run.sh || status=1
 
 step "conformance (official suite, authorization server scenarios)"
