@@ -40,6 +40,7 @@ pub async fn observe(req: Request, next: Next) -> Response {
         http.route = route,
         http.response.status_code = Empty,
         request_id = Empty,
+        trace_id = Empty,
         mcp.method = Empty,
         mcp.era = Empty,
         enduser.id = Empty,
@@ -56,6 +57,13 @@ pub async fn observe(req: Request, next: Next) -> Response {
     let status = resp.status().as_u16();
     span.record("http.response.status_code", status);
     let (mcp_method, era) = resp.extensions().get::<McpLabels>().map_or(("", ""), |l| (l.method, l.era));
+    let elapsed_ms = started.elapsed().as_secs_f64() * 1000.0;
+    // The access log: refusals and failures at info, the rest at debug (LOG_LEVEL=debug).
+    if status >= 400 {
+        tracing::info!(parent: &span, status, elapsed_ms, "request refused or failed");
+    } else {
+        tracing::debug!(parent: &span, status, elapsed_ms, "request");
+    }
     let status = status.to_string();
     metrics::counter!(
         "gateway_http_requests_total",

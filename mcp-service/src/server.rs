@@ -46,6 +46,7 @@ impl McpService for McpGrpc {
             "mcp.handle",
             otel.name = "mcp-service handle",
             request_id = tracing::field::Empty,
+            trace_id = tracing::field::Empty,
             mcp.method = tracing::field::Empty,
             mcp.era = tracing::field::Empty,
             mcp.tool = tracing::field::Empty,

@@ -56,7 +56,9 @@ pub fn init(service: &'static str) -> Telemetry {
     let json = std::env::var("LOG_FORMAT").is_ok_and(|f| f.eq_ignore_ascii_case("json"));
     let fmt = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
     let fmt = if json {
-        fmt.json().flatten_event(true).with_current_span(false).with_span_list(false).with_filter(filter).boxed()
+        // Each line carries the fields of the span it happened in: trace_id, request_id, the
+        // MCP method and era.
+        fmt.json().flatten_event(true).with_current_span(true).with_span_list(false).with_filter(filter).boxed()
     } else {
         fmt.with_ansi(false).with_filter(filter).boxed()
     };
@@ -191,19 +193,44 @@ impl Injector for MetadataInjector<'_> {
     }
 }
 
-/// Make `span` a child of the trace named by the request's `traceparent`, if any.
+/// Make `span` a child of the trace named by the request's `traceparent`, if any, and record
+/// the trace id in its `trace_id` field (so log lines carry it, with or without an exporter).
 pub fn extract_http(span: &tracing::Span, headers: &http::HeaderMap) {
+    let carrier = HeaderCarrier(headers);
     if headers.contains_key("traceparent") {
-        let cx = opentelemetry::global::get_text_map_propagator(|p| p.extract(&HeaderCarrier(headers)));
+        let cx = opentelemetry::global::get_text_map_propagator(|p| p.extract(&carrier));
         let _ = span.set_parent(cx);
     }
+    record_trace_id(span, carrier.get("traceparent"));
 }
 
-/// Make `span` a child of the trace the caller's gRPC metadata names, if any.
+/// Make `span` a child of the trace the caller's gRPC metadata names, if any (and record its
+/// trace id, as [`extract_http`]).
 pub fn extract_grpc(span: &tracing::Span, metadata: &tonic::metadata::MetadataMap) {
+    let carrier = MetadataCarrier(metadata);
     if metadata.contains_key("traceparent") {
-        let cx = opentelemetry::global::get_text_map_propagator(|p| p.extract(&MetadataCarrier(metadata)));
+        let cx = opentelemetry::global::get_text_map_propagator(|p| p.extract(&carrier));
         let _ = span.set_parent(cx);
+    }
+    record_trace_id(span, carrier.get("traceparent"));
+}
+
+/// The span's trace id: from the exporter's context when traces are on, else from the
+/// `traceparent` the caller sent.
+fn record_trace_id(span: &tracing::Span, traceparent: Option<&str>) {
+    use opentelemetry::trace::TraceContextExt as _;
+    let cx = span.context();
+    let sc = cx.span().span_context().clone();
+    let id = if sc.is_valid() {
+        Some(sc.trace_id().to_string())
+    } else {
+        traceparent.and_then(|tp| {
+            let id = tp.split('-').nth(1)?;
+            (id.len() == 32 && id.bytes().all(|b| b.is_ascii_hexdigit())).then(|| id.to_ascii_lowercase())
+        })
+    };
+    if let Some(id) = id {
+        span.record("trace_id", id.as_str());
     }
 }
 

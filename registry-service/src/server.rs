@@ -189,7 +189,8 @@ impl Registry for RegistryService {
 
 /// The span of one gRPC call, continuing the caller's trace.
 fn server_span<T>(name: &'static str, req: &Request<T>) -> tracing::Span {
-    let span = tracing::info_span!("registry.call", otel.name = name, otel.kind = "server");
+    let span =
+        tracing::info_span!("registry.call", otel.name = name, otel.kind = "server", trace_id = tracing::field::Empty);
     mcp_proto::telemetry::extract_grpc(&span, req.metadata());
     span
 }

@@ -21,7 +21,13 @@ struct Received {
     service: String,
     name: String,
     trace_id: String,
+    span_id: String,
+    parent: String,
     attributes: String,
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 #[tonic::async_trait]
@@ -43,7 +49,9 @@ impl TraceService for Collector {
                     spans.push(Received {
                         service: service.clone(),
                         name: s.name.clone(),
-                        trace_id: s.trace_id.iter().map(|b| format!("{b:02x}")).collect(),
+                        trace_id: hex(&s.trace_id),
+                        span_id: hex(&s.span_id),
+                        parent: hex(&s.parent_span_id),
                         attributes: format!("{:?}", s.attributes),
                     });
                 }
@@ -190,6 +198,17 @@ async fn one_request_is_one_trace_and_every_service_has_metrics() {
     }
     assert!(!format!("{ours:?}").contains("not-for-upstream"), "no credentials in spans");
 
+    // Parent links: client → gateway → mcp-service → registry-service → upstream.
+    let parent_of = |name: &str| -> &Received {
+        let span = ours.iter().find(|s| s.name == name).unwrap_or_else(|| panic!("no span {name}: {ours:#?}"));
+        ours.iter().find(|p| p.span_id == span.parent).unwrap_or_else(|| panic!("{name} has no parent in the trace"))
+    };
+    let edge = ours.iter().find(|s| s.name == "POST /mcp").expect("the gateway's request span");
+    assert_eq!(edge.parent, "00f067aa0ba902b7", "the gateway continues the client's span");
+    assert!(parent_of("mcp-service handle").service.contains("gateway"));
+    assert!(parent_of("registry call_tool").service.contains("mcp-service"));
+    assert!(parent_of("upstream HTTP").service.contains("registry-service"));
+
     // Metrics on every service.
     let gw_port = gw.addr().port();
     let text = metrics(gw_port).await;
@@ -270,4 +289,38 @@ async fn the_grpc_services_accept_only_their_callers() {
     .await;
     let refused = Client::new(&format!("{}/mcp", untrusted.url())).modern(1, "tools/list", json!({})).await;
     assert_eq!(refused.status, 502, "{}", refused.text);
+}
+
+/// JSON log lines carry the trace id and the request id of the request they belong to, and
+/// never its credentials.
+#[tokio::test]
+async fn log_lines_carry_trace_and_request_ids() {
+    let gw = Proc::start("gateway", &["--standalone", "--listen", "127.0.0.1:0"], "gateway").await;
+    let client = Client::new(&format!("{}/mcp", gw.url()));
+    let trace_id = "0af7651916cd43dd8448eb211c80319c";
+    let r = client
+        .post(
+            &json!({"jsonrpc": "2.0", "id": 1, "method": "no/such/method", "params": {}}),
+            &[
+                ("mcp-protocol-version", MODERN),
+                ("traceparent", &format!("00-{trace_id}-b7ad6b7169203331-01")),
+                ("x-request-id", "req-e2e-42"),
+                ("authorization", "Bearer secret-bearer-value"),
+            ],
+        )
+        .await;
+    assert!(r.status >= 400, "{}", r.text);
+    let mut line = None;
+    for _ in 0..50 {
+        line = gw.log_text().lines().find(|l| l.contains("request refused or failed")).map(str::to_owned);
+        if line.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let line = line.expect("an access log line");
+    let v: serde_json::Value = serde_json::from_str(&line).expect("a JSON line");
+    assert_eq!(v["span"]["trace_id"], trace_id, "{line}");
+    assert_eq!(v["span"]["request_id"], "req-e2e-42", "{line}");
+    assert!(!gw.log_text().contains("secret-bearer-value"));
 }
