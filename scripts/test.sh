@@ -11,6 +11,14 @@ if ! cargo nextest --version >/dev/null 2>&1; then
   cargo install cargo-nextest --locked
 fi
 
+# nginx (the load balancer of the replica tests), from the Debian packages.
+if ! command -v nginx >/dev/null 2>&1 && [ ! -x /usr/sbin/nginx ]; then
+  step "installing nginx-light"
+  if [ "$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq nginx-light >/dev/null
+  elif command -v sudo >/dev/null 2>&1; then sudo apt-get update -qq && sudo apt-get install -y -qq nginx-light >/dev/null
+  else echo "nginx is missing and cannot be installed (not root, no sudo)" >&2; fi
+fi
+
 step "format"
 cargo fmt --all -- --check
 

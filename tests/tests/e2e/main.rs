@@ -11,6 +11,7 @@ mod oauth;
 mod oauth_clients;
 mod observability;
 mod process;
+mod replicas;
 mod sessions;
 mod sql_backend;
 mod stdio;
