@@ -57,13 +57,15 @@ http {{\n  access_log off;\n  client_body_temp_path {d}/body;\n  proxy_temp_path
         .stderr(std::process::Stdio::null())
         .spawn()
         .expect("start nginx");
+    let error_log = dir.path().join("error.log");
+    let nginx = Nginx { child, port, _dir: dir };
     for _ in 0..100 {
         if tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_ok() {
-            return Nginx { child, port, _dir: dir };
+            return nginx;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    panic!("nginx did not start: {}", std::fs::read_to_string(dir.path().join("error.log")).unwrap_or_default());
+    panic!("nginx did not start: {}", std::fs::read_to_string(error_log).unwrap_or_default());
 }
 
 /// How many `/mcp` requests a gateway has counted.
