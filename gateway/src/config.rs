@@ -31,8 +31,8 @@ pub struct Config {
     pub definitions: Option<PathBuf>,
     /// Standalone mode: where embedded state (SQLite) lives.
     pub data_dir: PathBuf,
-    /// `off` (default) or `oauth`: every `/mcp` request needs a bearer token from the
-    /// authorisation server.
+    /// `off` (default; loopback only unless `allow_unauthenticated`), `oauth` (bearer JWTs from
+    /// the authorisation server) or `token` (static API tokens).
     pub auth: String,
     /// The expected token issuer (the authorisation server's public URL); default: the public URL.
     pub issuer: Option<Url>,
