@@ -38,6 +38,9 @@ tests/conformance/run.sh || status=1
 step "conformance (official suite, authorization server scenarios)"
 tests/conformance/authorization.sh || status=1
 
+step "sign-in page in headless Chromium"
+tests/browser/run.sh || status=1
+
 step "tests"
 cargo nextest run --workspace --locked --no-fail-fast || status=1
 exit "$status"

@@ -84,16 +84,32 @@ pub fn redirect_registered(requested: &str, registered: &[String]) -> bool {
     })
 }
 
-/// Secure headers for every page: no framing, no caching, no referrer.
-fn page(status: StatusCode, html: String) -> Response {
+/// The CSP source of a verified redirect URI: its origin, or `scheme:` for a private-use scheme.
+fn csp_source(redirect_uri: &str) -> Option<String> {
+    let url = url::Url::parse(redirect_uri).ok()?;
+    match url.scheme() {
+        "http" | "https" => Some(url.origin().ascii_serialization()),
+        scheme if scheme.bytes().all(|b| b.is_ascii_alphanumeric() || b"+.-".contains(&b)) => {
+            Some(format!("{scheme}:"))
+        }
+        _ => None,
+    }
+}
+
+/// Secure headers for every page: no framing, no caching, no referrer, no scripts. The form
+/// may post to this server only, and the redirect that follows it may go only to the client's
+/// verified redirect URI (browsers apply `form-action` to that redirect too).
+fn page(status: StatusCode, html: String, redirect_uri: Option<&str>) -> Response {
     let mut resp = (status, Html(html)).into_response();
     let h = resp.headers_mut();
     h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    let target = redirect_uri.and_then(csp_source).map(|s| format!(" {s}")).unwrap_or_default();
+    let csp =
+        format!("default-src 'none'; style-src 'unsafe-inline'; form-action 'self'{target}; frame-ancestors 'none'");
     h.insert(
         header::CONTENT_SECURITY_POLICY,
-        HeaderValue::from_static(
-            "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'; frame-ancestors 'none'",
-        ),
+        HeaderValue::from_str(&csp)
+            .unwrap_or_else(|_| HeaderValue::from_static("default-src 'none'; frame-ancestors 'none'")),
     );
     h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     h.insert(header::REFERRER_POLICY, HeaderValue::from_static("no-referrer"));
@@ -102,7 +118,7 @@ fn page(status: StatusCode, html: String) -> Response {
 }
 
 fn error_page(app: &AppState, message: &str) -> Response {
-    page(StatusCode::BAD_REQUEST, app.pages.render("error", minijinja::context! { message }))
+    page(StatusCode::BAD_REQUEST, app.pages.render("error", minijinja::context! { message }), None)
 }
 
 /// Redirect an error to the (verified) redirect URI, with `state` and `iss`.
@@ -248,6 +264,7 @@ fn scope_set(scope: Option<&str>) -> String {
 fn sign_in(
     app: &AppState,
     p: &Params,
+    redirect_uri: &str,
     client_name: &str,
     signed_in_as: Option<&str>,
     status: StatusCode,
@@ -266,7 +283,7 @@ fn sign_in(
             csrf, client_name, resource, scopes, message, signed_in_as
         },
     );
-    page(status, html)
+    page(status, html, Some(redirect_uri))
 }
 
 pub async fn show(State(app): State<Arc<AppState>>, headers: HeaderMap, Query(p): Query<Params>) -> Response {
@@ -285,7 +302,7 @@ pub async fn show(State(app): State<Arc<AppState>>, headers: HeaderMap, Query(p)
         }
     }
     let name = client_name(&app, &p).await;
-    sign_in(&app, &p, &name, user.as_deref(), StatusCode::OK, None)
+    sign_in(&app, &p, &redirect_uri, &name, user.as_deref(), StatusCode::OK, None)
 }
 
 async fn client_name(app: &AppState, p: &Params) -> String {
@@ -314,14 +331,22 @@ pub async fn submit(State(app): State<Arc<AppState>>, headers: HeaderMap, Form(f
             Some(user) => (user, false),
             None => {
                 let name = client_name(&app, p).await;
-                return sign_in(&app, p, &name, None, StatusCode::UNAUTHORIZED, Some("Please sign in."));
+                return sign_in(&app, p, &redirect_uri, &name, None, StatusCode::UNAUTHORIZED, Some("Please sign in."));
             }
         }
     } else if verify_password(&app, &form.username, &form.password).await {
         (form.username.clone(), true)
     } else {
         let name = client_name(&app, p).await;
-        return sign_in(&app, p, &name, None, StatusCode::UNAUTHORIZED, Some("Wrong username or password."));
+        return sign_in(
+            &app,
+            p,
+            &redirect_uri,
+            &name,
+            None,
+            StatusCode::UNAUTHORIZED,
+            Some("Wrong username or password."),
+        );
     };
     let client_id = p.client_id.as_deref().unwrap_or_default();
     if let Err(e) = app.store.add_consent(&user, client_id, &scope_set(p.scope.as_deref()), secrets::now()).await {
@@ -403,6 +428,14 @@ impl Default for Pages {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_form_may_lead_only_to_the_verified_redirect() {
+        assert_eq!(csp_source("http://127.0.0.1:5000/callback").as_deref(), Some("http://127.0.0.1:5000"));
+        assert_eq!(csp_source("https://app.example/cb?x=1").as_deref(), Some("https://app.example"));
+        assert_eq!(csp_source("com.example.app:/cb").as_deref(), Some("com.example.app:"));
+        assert_eq!(csp_source("not a url"), None);
+    }
 
     #[test]
     fn loopback_redirects_match_on_any_port() {
