@@ -532,3 +532,23 @@ async fn two_replicas_on_postgres_behave_as_one_server() {
     // Both publish the same key, from the shared data directory.
     assert_eq!(oa.get("/oauth/jwks").await.json, ob.get("/oauth/jwks").await.json);
 }
+
+/// An issuer with a path publishes its metadata at the path-suffixed locations clients try
+/// (RFC 8414 §3.1 and OpenID Connect discovery), each with the issuer byte for byte.
+#[tokio::test]
+async fn an_issuer_with_a_path_is_discoverable() {
+    let issuer = "https://auth.example.com/tenant1";
+    let p = Proc::start("oauth-service", &["--listen", "127.0.0.1:0", "--issuer", issuer], "oauth-service").await;
+    for path in [
+        "/.well-known/oauth-authorization-server/tenant1",
+        "/.well-known/openid-configuration/tenant1",
+        "/tenant1/.well-known/openid-configuration",
+        "/.well-known/oauth-authorization-server",
+    ] {
+        let r = e2e::http().get(format!("{}{path}", p.url())).send().await.expect("GET");
+        assert_eq!(r.status().as_u16(), 200, "{path}");
+        let doc: Value = r.json().await.expect("JSON");
+        assert_eq!(doc["issuer"], issuer, "{path}");
+        assert_eq!(doc["token_endpoint"], format!("{issuer}/oauth/token"));
+    }
+}
