@@ -35,6 +35,9 @@ deploy/check.sh || status=1
 step "conformance (official MCP suite, both eras)"
 tests/conformance/run.sh || status=1
 
+step "real MCP clients (Python and TypeScript SDKs, HTTP and stdio, both eras)"
+tests/clients/run.sh || status=1
+
 step "conformance (official suite, authorization server scenarios)"
 tests/conformance/authorization.sh || status=1
 
