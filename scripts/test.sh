@@ -44,6 +44,9 @@ tests/conformance/authorization.sh || status=1
 step "sign-in page in headless Chromium"
 tests/browser/run.sh || status=1
 
+step "benchmark smoke (every server and scenario, answers checked, no timing assertions)"
+cargo run -q -p bench --locked -- --smoke --bin-dir target/debug --out target/bench-smoke >/dev/null || status=1
+
 step "tests"
 cargo nextest run --workspace --locked --no-fail-fast || status=1
 exit "$status"
