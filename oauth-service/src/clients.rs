@@ -136,7 +136,7 @@ async fn fetch(http: &reqwest::Client, url: &str) -> Result<(Client, Option<Dura
         .header(reqwest::header::ACCEPT, "application/json")
         .send()
         .await
-        .map_err(|e| format!("cannot fetch {url}: {}", chain(&e)))?;
+        .map_err(|e| format!("cannot fetch {url}: {}", mcp_proto::outbound::error_chain(&e)))?;
     if !response.status().is_success() {
         return Err(format!("{url} answered {}", response.status()));
     }
@@ -195,17 +195,6 @@ fn cache_ttl(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
         }
     }
     Some(ttl.clamp(MIN_TTL, MAX_TTL))
-}
-
-fn chain(e: &dyn std::error::Error) -> String {
-    let mut out = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        out.push_str(": ");
-        out.push_str(&s.to_string());
-        source = s.source();
-    }
-    out
 }
 
 /// A static client as stored.

@@ -81,6 +81,35 @@ fn client_from(r: &sqlx::any::AnyRow) -> Client {
     }
 }
 
+fn insert_client_query(c: &Client, now: i64) -> sqlx::query::Query<'_, sqlx::Any, sqlx::any::AnyArguments> {
+    sqlx::query(
+        "INSERT INTO clients (client_id, secret_hash, redirect_uris, name, application_type, auth_method, \
+         grant_types, source, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+    )
+    .bind(&c.client_id)
+    .bind(&c.secret_hash)
+    .bind(serde_json::to_string(&c.redirect_uris).unwrap_or_default())
+    .bind(&c.name)
+    .bind(&c.application_type)
+    .bind(&c.auth_method)
+    .bind(serde_json::to_string(&c.grant_types).unwrap_or_default())
+    .bind(&c.source)
+    .bind(now)
+}
+
+fn insert_grant_query(g: &Grant, now: i64) -> sqlx::query::Query<'_, sqlx::Any, sqlx::any::AnyArguments> {
+    sqlx::query(
+        "INSERT INTO grants (grant_id, client_id, username, scope, resource, created_at) \
+         VALUES ($1, $2, $3, $4, $5, $6)",
+    )
+    .bind(&g.grant_id)
+    .bind(&g.client_id)
+    .bind(&g.username)
+    .bind(&g.scope)
+    .bind(&g.resource)
+    .bind(now)
+}
+
 const CLIENT_COLUMNS: &str =
     "client_id, secret_hash, redirect_uris, name, application_type, auth_method, grant_types, source";
 
@@ -126,43 +155,15 @@ impl Store {
     // ---- clients ----
 
     pub async fn insert_client(&self, c: &Client, now: i64) -> Result<()> {
-        sqlx::query(
-            "INSERT INTO clients (client_id, secret_hash, redirect_uris, name, application_type, auth_method, \
-             grant_types, source, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
-        )
-        .bind(&c.client_id)
-        .bind(&c.secret_hash)
-        .bind(serde_json::to_string(&c.redirect_uris).unwrap_or_default())
-        .bind(&c.name)
-        .bind(&c.application_type)
-        .bind(&c.auth_method)
-        .bind(serde_json::to_string(&c.grant_types).unwrap_or_default())
-        .bind(&c.source)
-        .bind(now)
-        .execute(&self.pool)
-        .await?;
+        insert_client_query(c, now).execute(&self.pool).await?;
         Ok(())
     }
 
-    /// Insert or replace a client (static clients from configuration, metadata documents).
+    /// Insert or replace a client (static clients from configuration).
     pub async fn upsert_client(&self, c: &Client, now: i64) -> Result<()> {
         let mut tx = self.pool.begin().await?;
         sqlx::query("DELETE FROM clients WHERE client_id = $1").bind(&c.client_id).execute(&mut *tx).await?;
-        sqlx::query(
-            "INSERT INTO clients (client_id, secret_hash, redirect_uris, name, application_type, auth_method, \
-             grant_types, source, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
-        )
-        .bind(&c.client_id)
-        .bind(&c.secret_hash)
-        .bind(serde_json::to_string(&c.redirect_uris).unwrap_or_default())
-        .bind(&c.name)
-        .bind(&c.application_type)
-        .bind(&c.auth_method)
-        .bind(serde_json::to_string(&c.grant_types).unwrap_or_default())
-        .bind(&c.source)
-        .bind(now)
-        .execute(&mut *tx)
-        .await?;
+        insert_client_query(c, now).execute(&mut *tx).await?;
         tx.commit().await
     }
 
@@ -235,18 +236,7 @@ impl Store {
     // ---- grants, codes, refresh tokens ----
 
     pub async fn insert_grant(&self, g: &Grant, now: i64) -> Result<()> {
-        sqlx::query(
-            "INSERT INTO grants (grant_id, client_id, username, scope, resource, created_at) \
-             VALUES ($1, $2, $3, $4, $5, $6)",
-        )
-        .bind(&g.grant_id)
-        .bind(&g.client_id)
-        .bind(&g.username)
-        .bind(&g.scope)
-        .bind(&g.resource)
-        .bind(now)
-        .execute(&self.pool)
-        .await?;
+        insert_grant_query(g, now).execute(&self.pool).await?;
         Ok(())
     }
 
@@ -275,18 +265,7 @@ impl Store {
     pub async fn insert_code(&self, code_hash: &str, code: &Code, now: i64) -> Result<()> {
         let g = &code.grant;
         let mut tx = self.pool.begin().await?;
-        sqlx::query(
-            "INSERT INTO grants (grant_id, client_id, username, scope, resource, created_at) \
-             VALUES ($1, $2, $3, $4, $5, $6)",
-        )
-        .bind(&g.grant_id)
-        .bind(&g.client_id)
-        .bind(&g.username)
-        .bind(&g.scope)
-        .bind(&g.resource)
-        .bind(now)
-        .execute(&mut *tx)
-        .await?;
+        insert_grant_query(g, now).execute(&mut *tx).await?;
         sqlx::query(
             "INSERT INTO codes (code_hash, grant_id, redirect_uri, challenge, expires_at) VALUES ($1, $2, $3, $4, $5)",
         )

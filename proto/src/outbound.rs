@@ -89,6 +89,18 @@ pub fn client(allow_private: bool, timeout: Duration) -> Result<reqwest::Client,
     builder.build().map_err(|e| format!("cannot build an HTTP client: {e}"))
 }
 
+/// An error with its causes, `a: b: c`, for messages that must say why a call failed.
+pub fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        out.push_str(": ");
+        out.push_str(&s.to_string());
+        source = s.source();
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

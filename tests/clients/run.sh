@@ -21,17 +21,9 @@ fi
 
 mkdir -p "$here/out"
 log="$here/out/server.log"
-LOG_FORMAT=json "$bin_dir/gateway" --standalone --listen 127.0.0.1:0 2>"$log" &
-server_pid=$!
-trap 'kill "$server_pid" 2>/dev/null || true; wait "$server_pid" 2>/dev/null || true' EXIT
-addr=""
-for _ in $(seq 1 300); do
-  addr="$(grep '"message":"listening"' "$log" | grep '"service":"gateway"' | sed -E 's/.*"addr":"([^"]+)".*/\1/' | head -n1 || true)"
-  [ -n "$addr" ] && break
-  kill -0 "$server_pid" 2>/dev/null || { cat "$log"; echo "clients: the server did not start" >&2; exit 1; }
-  sleep 0.1
-done
-[ -n "$addr" ] || { echo "clients: the server did not report its address" >&2; exit 1; }
+. "$root/scripts/standalone.sh"
+trap 'stop_standalone' EXIT
+start_standalone "$log"
 
 status=0
 timeout 300 "$venv/bin/python" "$here/python/test_clients.py" "http://$addr/mcp" "$bin_dir/mcp-service" \

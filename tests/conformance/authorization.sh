@@ -18,26 +18,16 @@ rm -rf "$out"
 mkdir -p "$out"
 data="$(mktemp -d)"
 log="$out/server.log"
-LOG_FORMAT=json OAUTH_BOOTSTRAP_USER=conformance OAUTH_BOOTSTRAP_PASSWORD=conformance-password \
-  "$bin_dir/gateway" --standalone --listen 127.0.0.1:0 --auth oauth --data-dir "$data" 2>"$log" &
-server_pid=$!
+. "$root/scripts/standalone.sh"
 suite_pid=""
 cleanup() {
   [ -n "$suite_pid" ] && kill "$suite_pid" 2>/dev/null || true
-  kill "$server_pid" 2>/dev/null || true
-  wait "$server_pid" 2>/dev/null || true
+  stop_standalone
   rm -rf "$data"
 }
 trap cleanup EXIT
-
-addr=""
-for _ in $(seq 1 300); do
-  addr="$(grep '"message":"listening"' "$log" | grep '"service":"gateway"' | sed -E 's/.*"addr":"([^"]+)".*/\1/' | head -n1 || true)"
-  [ -n "$addr" ] && break
-  kill -0 "$server_pid" 2>/dev/null || { cat "$log"; echo "authorization: the server did not start" >&2; exit 1; }
-  sleep 0.1
-done
-[ -n "$addr" ] || { echo "authorization: the server did not report its address" >&2; exit 1; }
+OAUTH_BOOTSTRAP_USER=conformance OAUTH_BOOTSTRAP_PASSWORD=conformance-password \
+  start_standalone "$log" --auth oauth --data-dir "$data"
 issuer="http://$addr"
 
 read -r client_id port < <(python3 - "$issuer" <<'PY'

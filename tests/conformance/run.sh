@@ -23,19 +23,9 @@ suite="$here/node_modules/@modelcontextprotocol/conformance/dist/index.js"
 rm -rf "$out"
 mkdir -p "$out"
 log="$out/server.log"
-LOG_FORMAT=json "$bin_dir/gateway" --standalone --listen 127.0.0.1:0 \
-  --definitions "$root/examples/conformance.yaml" 2>"$log" &
-server_pid=$!
-trap 'kill "$server_pid" 2>/dev/null || true; wait "$server_pid" 2>/dev/null || true' EXIT
-
-addr=""
-for _ in $(seq 1 300); do
-  addr="$(grep '"message":"listening"' "$log" | grep '"service":"gateway"' | sed -E 's/.*"addr":"([^"]+)".*/\1/' | head -n1 || true)"
-  [ -n "$addr" ] && break
-  kill -0 "$server_pid" 2>/dev/null || { cat "$log"; echo "conformance: the server did not start" >&2; exit 1; }
-  sleep 0.1
-done
-[ -n "$addr" ] || { cat "$log"; echo "conformance: the server did not report its address" >&2; exit 1; }
+. "$root/scripts/standalone.sh"
+trap 'stop_standalone' EXIT
+start_standalone "$log" --definitions "$root/examples/conformance.yaml"
 url="http://$addr/mcp"
 echo "conformance: server at $url"
 

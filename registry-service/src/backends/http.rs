@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::StreamExt as _;
-use mcp_proto::outbound::{client, literal_refused};
+use mcp_proto::outbound::{client, error_chain, literal_refused};
 use serde_json::{Value, json};
 
 use super::templates::{Templates, expand_env};
@@ -196,15 +196,4 @@ impl Upstream {
         }
         Ok(body)
     }
-}
-
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut out = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        out.push_str(": ");
-        out.push_str(&s.to_string());
-        source = s.source();
-    }
-    out
 }
