@@ -261,6 +261,12 @@ fn scope_set(scope: Option<&str>) -> String {
     tokens.join(" ")
 }
 
+/// Why the page is shown again: a message, and the name typed so far.
+struct Notice<'a> {
+    message: &'a str,
+    username: Option<&'a str>,
+}
+
 fn sign_in(
     app: &AppState,
     p: &Params,
@@ -268,8 +274,9 @@ fn sign_in(
     client_name: &str,
     signed_in_as: Option<&str>,
     status: StatusCode,
-    message: Option<&str>,
+    notice: Option<Notice<'_>>,
 ) -> Response {
+    let (message, username) = notice.map_or((None, None), |n| (Some(n.message), n.username));
     let csrf = csrf_token(app, p, secrets::now() + 600);
     let scopes: Vec<String> =
         p.scope.as_deref().unwrap_or_default().split(' ').filter(|s| !s.is_empty()).map(str::to_owned).collect();
@@ -280,7 +287,7 @@ fn sign_in(
         "sign_in",
         minijinja::context! {
             params => minijinja::Value::from(minijinja::value::Serde(p.clone())),
-            csrf, client_name, resource, scopes, message, signed_in_as
+            csrf, client_name, resource, scopes, message, signed_in_as, username
         },
     );
     page(status, html, Some(redirect_uri))
@@ -331,7 +338,15 @@ pub async fn submit(State(app): State<Arc<AppState>>, headers: HeaderMap, Form(f
             Some(user) => (user, false),
             None => {
                 let name = client_name(&app, p).await;
-                return sign_in(&app, p, &redirect_uri, &name, None, StatusCode::UNAUTHORIZED, Some("Please sign in."));
+                return sign_in(
+                    &app,
+                    p,
+                    &redirect_uri,
+                    &name,
+                    None,
+                    StatusCode::UNAUTHORIZED,
+                    Some(Notice { message: "Please sign in.", username: None }),
+                );
             }
         }
     } else if verify_password(&app, &form.username, &form.password).await {
@@ -345,7 +360,7 @@ pub async fn submit(State(app): State<Arc<AppState>>, headers: HeaderMap, Form(f
             &name,
             None,
             StatusCode::UNAUTHORIZED,
-            Some("Wrong username or password."),
+            Some(Notice { message: "Wrong username or password.", username: Some(&form.username) }),
         );
     };
     let client_id = p.client_id.as_deref().unwrap_or_default();
