@@ -41,6 +41,9 @@ tests/clients/run.sh || status=1
 step "conformance (official suite, authorization server scenarios)"
 tests/conformance/authorization.sh || status=1
 
+step "HTTP contract (schemathesis against docs/openapi.yaml, sign-in off and on)"
+tests/schemathesis/run.sh || status=1
+
 step "sign-in page in headless Chromium"
 tests/browser/run.sh || status=1
 
