@@ -19,6 +19,7 @@ if [ ! -x "$venv/bin/schemathesis" ] || [ "$here/requirements.txt" -nt "$venv/in
 fi
 
 mkdir -p "$here/out"
+cd "$here/out"   # schemathesis keeps its cache in the working directory
 data="$(mktemp -d)"
 . "$root/scripts/standalone.sh"
 trap 'stop_standalone; rm -rf "$data"' EXIT

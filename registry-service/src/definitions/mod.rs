@@ -56,10 +56,16 @@ pub fn load(path: &Path) -> Result<Catalog, DefinitionsError> {
     let fail = |parse: String| DefinitionsError { path: shown.clone(), parse: Some(parse), issues: vec![] };
     let text = std::fs::read_to_string(path).map_err(|e| fail(format!("cannot read: {e}")))?;
     let base = path.parent().map(Path::to_path_buf).unwrap_or_default();
+    load_str(&text, &base, &shown)
+}
+
+/// The same from text: `base` is where relative paths point, `shown` names the file in errors.
+pub fn load_str(text: &str, base: &Path, shown: &str) -> Result<Catalog, DefinitionsError> {
+    let fail = |parse: String| DefinitionsError { path: shown.to_owned(), parse: Some(parse), issues: vec![] };
     let file: model::File =
-        serde_saphyr::from_str_with_options(&text, serde_saphyr::options! { strict_booleans: true })
+        serde_saphyr::from_str_with_options(text, serde_saphyr::options! { strict_booleans: true })
             .map_err(|e| fail(e.to_string()))?;
-    build::catalog(file, &base).map_err(|issues| DefinitionsError { path: shown, parse: None, issues })
+    build::catalog(file, base).map_err(|issues| DefinitionsError { path: shown.to_owned(), parse: None, issues })
 }
 
 #[cfg(test)]

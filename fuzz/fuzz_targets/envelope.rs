@@ -1,0 +1,22 @@
+//! The JSON-RPC envelope and the era rule: any bytes, with any `MCP-Protocol-Version` header,
+//! parse to a message or a clean error; nothing panics.
+#![no_main]
+use libfuzzer_sys::fuzz_target;
+use mcp_proto::envelope::{Body, parse_body};
+
+fuzz_target!(|data: &[u8]| {
+    // The first byte says how long the header value is; the rest is the body.
+    let (header, body) = match data.split_first() {
+        Some((&n, rest)) if (n as usize) <= rest.len() => rest.split_at(n as usize),
+        _ => (&[][..], data),
+    };
+    let header = std::str::from_utf8(header).ok();
+    if let Ok(Body::Single(env)) = parse_body(body) {
+        let _ = env.body_era();
+        let _ = env.missing_modern_meta();
+        let _ = env.name_target();
+        let _ = env.id_json();
+        let _ = env.meta_version_str();
+        let _ = gateway::era::classify(&env, header);
+    }
+});
