@@ -52,4 +52,7 @@ cargo run -q -p bench --locked -- --smoke --bin-dir target/debug --out target/be
 
 step "tests"
 cargo nextest run --workspace --locked --no-fail-fast || status=1
+
+step "fuzzing (every target, ${FUZZ_SECONDS:-20} s each, committed corpus replayed first)"
+scripts/fuzz.sh || status=1
 exit "$status"
