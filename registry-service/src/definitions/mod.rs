@@ -62,9 +62,8 @@ pub fn load(path: &Path) -> Result<Catalog, DefinitionsError> {
 /// The same from text: `base` is where relative paths point, `shown` names the file in errors.
 pub fn load_str(text: &str, base: &Path, shown: &str) -> Result<Catalog, DefinitionsError> {
     let fail = |parse: String| DefinitionsError { path: shown.to_owned(), parse: Some(parse), issues: vec![] };
-    let file: model::File =
-        serde_saphyr::from_str_with_options(text, serde_saphyr::options! { strict_booleans: true })
-            .map_err(|e| fail(e.to_string()))?;
+    let file: model::File = serde_saphyr::from_str_with_options(text, serde_saphyr::options! { strict_booleans: true })
+        .map_err(|e| fail(e.to_string()))?;
     build::catalog(file, base).map_err(|issues| DefinitionsError { path: shown.to_owned(), parse: None, issues })
 }
 
