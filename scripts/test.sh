@@ -11,12 +11,20 @@ if ! cargo nextest --version >/dev/null 2>&1; then
   cargo install cargo-nextest --locked
 fi
 
-# nginx (the load balancer of the replica tests), from the Debian packages.
+# Debian packages the tests need: nginx (the load balancer of the replica tests) and the
+# PostgreSQL server binaries (throwaway clusters; nothing is left running).
+apt_install() {
+  if [ "$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq "$@" >/dev/null
+  elif command -v sudo >/dev/null 2>&1; then sudo apt-get update -qq && sudo apt-get install -y -qq "$@" >/dev/null
+  else echo "missing $* and cannot install (not root, no sudo)" >&2; fi
+}
 if ! command -v nginx >/dev/null 2>&1 && [ ! -x /usr/sbin/nginx ]; then
   step "installing nginx-light"
-  if [ "$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq nginx-light >/dev/null
-  elif command -v sudo >/dev/null 2>&1; then sudo apt-get update -qq && sudo apt-get install -y -qq nginx-light >/dev/null
-  else echo "nginx is missing and cannot be installed (not root, no sudo)" >&2; fi
+  apt_install nginx-light
+fi
+if [ -z "${PG_BIN:-}" ] && ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
+  step "installing the PostgreSQL server binaries"
+  apt_install postgresql
 fi
 
 step "format"
