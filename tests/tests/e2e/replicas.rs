@@ -15,7 +15,8 @@ fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr").port()
 }
 
-/// nginx in the foreground, balancing over `upstreams`; killed when dropped.
+/// nginx in the foreground, one process (no master and workers, so killing it leaves nothing
+/// behind), balancing over `upstreams`; killed when dropped.
 struct Nginx {
     child: std::process::Child,
     port: u16,
@@ -36,7 +37,7 @@ async fn start_nginx(upstreams: &[String]) -> Nginx {
     let root = std::process::Command::new("id").arg("-u").output().is_ok_and(|o| o.stdout.starts_with(b"0\n"));
     let servers: String = upstreams.iter().map(|u| format!("    server {u};\n")).collect();
     let conf = format!(
-        "{user}worker_processes 1;\npid {d}/nginx.pid;\nerror_log {d}/error.log warn;\nevents {{ worker_connections 256; }}\n\
+        "{user}master_process off;\npid {d}/nginx.pid;\nerror_log {d}/error.log warn;\nevents {{ worker_connections 256; }}\n\
 http {{\n  access_log off;\n  client_body_temp_path {d}/body;\n  proxy_temp_path {d}/proxy;\n  fastcgi_temp_path {d}/fastcgi;\n  uwsgi_temp_path {d}/uwsgi;\n  scgi_temp_path {d}/scgi;\n\
   upstream gateways {{\n{servers}  }}\n  server {{\n    listen 127.0.0.1:{port};\n    location / {{\n      proxy_pass http://gateways;\n      proxy_http_version 1.1;\n      proxy_set_header Connection \"\";\n      proxy_set_header Host $host;\n      proxy_buffering off;\n    }}\n  }}\n}}\n",
         user = if root { "user root;\n" } else { "" },
