@@ -1,140 +1,213 @@
-//! The load generator: N keep-alive HTTP/1.1 connections, each sending its requests back to
-//! back for a duration; latencies into an HDR histogram; every answer checked.
+//! The load generator: N keep-alive HTTP/1.1 connections, each sending the workload's requests
+//! back to back (cycling through them) for a duration. Connections are opened (and the legacy
+//! handshake done) before the clock starts; every answer is checked, latencies of correct
+//! answers go into an HDR histogram, anything else is counted as an error with its reason.
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
-use http_body_util::{BodyExt as _, Full};
-use hyper_util::rt::TokioIo;
+use hdrhistogram::Histogram;
+use tokio::sync::Barrier;
+use tokio::task::JoinHandle;
 
-/// One request, and what its answer must contain.
-#[derive(Clone)]
-pub struct Probe {
-    pub headers: Vec<(String, String)>,
-    pub body: Bytes,
-    /// Every answer must be 200 and contain this.
-    pub expect: String,
-    /// And be at least this long (for the large resource).
-    pub min_len: usize,
+use crate::client::Conn;
+use crate::mcp::{self, Call};
+
+/// The requests each connection sends in turn (connection `i` starts at request `i`).
+pub struct Workload {
+    pub calls: Vec<Call>,
+    /// Do the legacy `initialize` handshake on each connection first.
+    pub handshake: bool,
 }
 
-#[derive(Default, Debug, Clone, serde::Serialize)]
+#[derive(Clone, Copy)]
+pub struct Settings {
+    pub concurrency: usize,
+    pub duration: Duration,
+    /// The longest one request (or connecting) may take before it counts as a hang.
+    pub timeout: Duration,
+}
+
+/// What one measurement saw.
 pub struct Outcome {
-    pub requests: u64,
+    pub ok: u64,
     pub errors: u64,
-    pub first_error: Option<String>,
-    pub elapsed_secs: f64,
-    pub p50_us: u64,
-    pub p99_us: u64,
-    pub p999_us: u64,
+    /// Distinct error reasons with their counts, most frequent first.
+    pub error_kinds: Vec<(String, u64)>,
+    pub elapsed: Duration,
+    /// Latencies of correct answers, in microseconds.
+    pub latency: Histogram<u64>,
 }
 
-/// Run `concurrency` connections against `addr` for `duration`.
-pub async fn run(addr: SocketAddr, path: &str, probe: Probe, concurrency: usize, duration: Duration) -> Outcome {
-    let probe = Arc::new(probe);
-    let deadline = Instant::now() + duration;
-    let started = Instant::now();
-    let mut tasks = Vec::new();
-    for _ in 0..concurrency {
-        let probe = probe.clone();
-        let path = path.to_owned();
-        tasks.push(tokio::spawn(async move { connection(addr, &path, &probe, deadline).await }));
+/// Connections opened and waiting for the start.
+pub struct Fleet {
+    tasks: Vec<JoinHandle<Tally>>,
+    ready: Arc<Barrier>,
+    go: Arc<Barrier>,
+    /// An empty histogram with the bounds of the connections' ones.
+    empty: Histogram<u64>,
+}
+
+/// What one connection saw.
+struct Tally {
+    latency: Histogram<u64>,
+    ok: u64,
+    errors: u64,
+    kinds: HashMap<String, u64>,
+}
+
+impl Tally {
+    fn error(&mut self, why: String) {
+        self.errors += 1;
+        *self.kinds.entry(error_kind(&why)).or_default() += 1;
     }
-    let mut hist = hdrhistogram::Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).expect("histogram bounds");
-    let mut outcome = Outcome::default();
-    for t in tasks {
-        match t.await {
-            Ok((h, errors, first)) => {
-                let _ = hist.add(&h);
-                outcome.errors += errors;
-                if outcome.first_error.is_none() {
-                    outcome.first_error = first;
+}
+
+/// An error reason without the request id, so that the same failure counts as one kind.
+fn error_kind(why: &str) -> String {
+    let mut kind = String::with_capacity(why.len().min(240));
+    let mut rest = why;
+    while let Some(at) = rest.find("\"id\":") {
+        let (head, tail) = rest.split_at(at + 5);
+        kind.push_str(head);
+        kind.push('…');
+        rest = tail.trim_start_matches(|c: char| c.is_ascii_digit());
+    }
+    kind.push_str(rest);
+    kind.chars().take(240).collect()
+}
+
+/// Open `settings.concurrency` connections to `addr` for `workload`; they wait for [`Fleet::go`].
+pub fn connect(addr: SocketAddr, workload: &Arc<Workload>, settings: Settings) -> anyhow::Result<Fleet> {
+    anyhow::ensure!(!workload.calls.is_empty(), "a workload without requests");
+    // Microseconds, up to an hour, 3 significant digits.
+    let latency = Histogram::<u64>::new_with_bounds(1, 3_600_000_000, 3)?;
+    let ready = Arc::new(Barrier::new(settings.concurrency + 1));
+    let go = Arc::new(Barrier::new(settings.concurrency + 1));
+    let tasks = (0..settings.concurrency)
+        .map(|index| {
+            let tally = Tally { latency: latency.clone(), ok: 0, errors: 0, kinds: HashMap::new() };
+            let (workload, ready, go) = (workload.clone(), ready.clone(), go.clone());
+            tokio::spawn(connection(index, addr, workload, settings, tally, ready, go))
+        })
+        .collect();
+    Ok(Fleet { tasks, ready, go, empty: latency })
+}
+
+impl Fleet {
+    /// Wait until every connection is open (or has failed to open).
+    pub async fn ready(&self) {
+        self.ready.wait().await;
+    }
+
+    /// Start the clock and the load; wait until every connection has finished.
+    pub async fn go(self) -> Outcome {
+        self.go.wait().await;
+        let started = Instant::now();
+        let mut total =
+            Outcome { ok: 0, errors: 0, error_kinds: Vec::new(), elapsed: Duration::ZERO, latency: self.empty };
+        let mut kinds: HashMap<String, u64> = HashMap::new();
+        for task in self.tasks {
+            match task.await {
+                Ok(tally) => {
+                    let _ = total.latency.add(&tally.latency);
+                    total.ok += tally.ok;
+                    total.errors += tally.errors;
+                    for (k, n) in tally.kinds {
+                        *kinds.entry(k).or_default() += n;
+                    }
                 }
-            }
-            Err(e) => {
-                outcome.errors += 1;
-                outcome.first_error.get_or_insert(e.to_string());
-            }
-        }
-    }
-    outcome.elapsed_secs = started.elapsed().as_secs_f64();
-    outcome.requests = hist.len();
-    outcome.p50_us = hist.value_at_quantile(0.5);
-    outcome.p99_us = hist.value_at_quantile(0.99);
-    outcome.p999_us = hist.value_at_quantile(0.999);
-    outcome
-}
-
-type Counts = (hdrhistogram::Histogram<u64>, u64, Option<String>);
-
-async fn connection(addr: SocketAddr, path: &str, probe: &Probe, deadline: Instant) -> Counts {
-    let mut hist = hdrhistogram::Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).expect("histogram bounds");
-    let mut errors = 0;
-    let mut first = None;
-    let mut fail = |e: String, errors: &mut u64| {
-        *errors += 1;
-        first.get_or_insert(e);
-    };
-    let mut sender = None;
-    while Instant::now() < deadline {
-        if sender.is_none() {
-            match connect(addr).await {
-                Ok(s) => sender = Some(s),
                 Err(e) => {
-                    fail(e, &mut errors);
-                    tokio::time::sleep(Duration::from_millis(10)).await;
-                    continue;
+                    total.errors += 1;
+                    *kinds.entry(format!("load task failed: {e}")).or_default() += 1;
                 }
             }
         }
-        let Some(s) = sender.as_mut() else { continue };
-        let mut req = hyper::Request::post(path).header("host", addr.to_string());
-        for (k, v) in &probe.headers {
-            req = req.header(k, v);
+        total.elapsed = started.elapsed();
+        let mut kinds: Vec<(String, u64)> = kinds.into_iter().collect();
+        kinds.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+        total.error_kinds = kinds;
+        total
+    }
+}
+
+async fn open(addr: SocketAddr, workload: &Workload, timeout: Duration) -> Result<Conn, String> {
+    let mut conn = Conn::open(addr, timeout).await?;
+    if workload.handshake {
+        conn.handshake(timeout).await?;
+    }
+    Ok(conn)
+}
+
+async fn connection(
+    index: usize,
+    addr: SocketAddr,
+    workload: Arc<Workload>,
+    settings: Settings,
+    mut tally: Tally,
+    ready: Arc<Barrier>,
+    go: Arc<Barrier>,
+) -> Tally {
+    let mut conn = match open(addr, &workload, settings.timeout).await {
+        Ok(c) => Some(c),
+        Err(e) => {
+            tally.error(e);
+            None
         }
-        let Ok(req) = req.body(Full::new(probe.body.clone())) else {
-            fail("cannot build the request".into(), &mut errors);
+    };
+    ready.wait().await;
+    go.wait().await;
+    let deadline = Instant::now() + settings.duration;
+    let calls = &workload.calls;
+    let mut next = index % calls.len();
+    // At least one request per connection, then until the deadline.
+    loop {
+        match conn.as_mut() {
+            None => match open(addr, &workload, settings.timeout).await {
+                Ok(c) => conn = Some(c),
+                Err(e) => {
+                    tally.error(e);
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+            },
+            Some(c) => {
+                let call = &calls[next];
+                next = (next + 1) % calls.len();
+                let started = Instant::now();
+                match c.send(call, settings.timeout).await {
+                    Ok(answer) => {
+                        let micros = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
+                        match mcp::check(call, &answer) {
+                            Ok(_) => {
+                                tally.ok += 1;
+                                tally.latency.saturating_record(micros.max(1));
+                            }
+                            Err(e) => tally.error(e),
+                        }
+                    }
+                    Err(e) => {
+                        tally.error(e);
+                        conn = None;
+                    }
+                }
+            }
+        }
+        if Instant::now() >= deadline {
             break;
-        };
-        let t0 = Instant::now();
-        let answer = async {
-            let resp = s.send_request(req).await.map_err(|e| e.to_string())?;
-            let status = resp.status();
-            let body = resp.into_body().collect().await.map_err(|e| e.to_string())?.to_bytes();
-            Ok::<_, String>((status, body))
-        }
-        .await;
-        let us = t0.elapsed().as_micros().max(1) as u64;
-        match answer {
-            Ok((status, body)) if status == 200 && body.len() >= probe.min_len && contains(&body, &probe.expect) => {
-                let _ = hist.record(us);
-            }
-            Ok((status, body)) => {
-                let text = String::from_utf8_lossy(&body[..body.len().min(300)]).into_owned();
-                fail(format!("{status}: {text}"), &mut errors);
-            }
-            Err(e) => {
-                fail(e, &mut errors);
-                sender = None;
-            }
         }
     }
-    (hist, errors, first)
+    tally
 }
 
-fn contains(haystack: &[u8], needle: &str) -> bool {
-    needle.is_empty() || haystack.windows(needle.len()).any(|w| w == needle.as_bytes())
-}
-
-async fn connect(addr: SocketAddr) -> Result<hyper::client::conn::http1::SendRequest<Full<Bytes>>, String> {
-    let stream = tokio::net::TcpStream::connect(addr).await.map_err(|e| e.to_string())?;
-    let _ = stream.set_nodelay(true);
-    let (sender, conn) =
-        hyper::client::conn::http1::handshake(TokioIo::new(stream)).await.map_err(|e| e.to_string())?;
-    tokio::spawn(async move {
-        let _ = conn.await;
-    });
-    Ok(sender)
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn error_kinds_ignore_ids() {
+        let a = super::error_kind(r#"status: HTTP 502 {"jsonrpc":"2.0","id":17,"error":{}}"#);
+        let b = super::error_kind(r#"status: HTTP 502 {"jsonrpc":"2.0","id":4,"error":{}}"#);
+        assert_eq!(a, b);
+        assert_eq!(a, r#"status: HTTP 502 {"jsonrpc":"2.0","id":…,"error":{}}"#);
+    }
 }

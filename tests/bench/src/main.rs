@@ -1,109 +1,167 @@
 //! # bench: the platform against its references, side by side in one run
 //!
-//! Starts the servers under test — the platform in one process (`standalone`) and as separate
-//! processes (`microservices`), a bare hyper process answering a canned `tools/list`
-//! (`bare-hyper`, the physical limit) and the official Rust SDK (`rmcp`) serving the same five
-//! tools — drives each with the same requests from a built-in load generator, checks every
-//! answer, and reports req/s, latency percentiles, CPU per request and peak RSS, with ratios.
+//! Starts each server under test on 127.0.0.1 port 0 — the platform in one process
+//! (`standalone`) and as separate processes wired over gRPC (`microservices`), a bare hyper
+//! process answering a canned `tools/list` (`bare-hyper`) and the official Rust SDK serving
+//! the same tools (`rmcp`) — one at a time, pinned to CPU 0 while the built-in load generator
+//! runs on CPU 1. Every answer is checked; the report gives req/s, latency percentiles, server
+//! CPU per request and peak RSS per process, with the platform's ratios to both references.
 //!
 //! ```text
-//! cargo build --release --workspace --bins
-//! cargo run --release -p bench -- --out target/bench            # the full run
-//! cargo run -p bench -- --smoke --bin-dir target/debug          # seconds; correctness only
+//! cargo build --release --workspace --bins && cargo run --release -p bench -- --out target/bench
+//! cargo run -p bench -- --smoke --bin-dir target/debug      # seconds; correctness only
 //! ```
+//!
+//! # Layout
+//!
+//! - `catalog`: the tools and the 1 MiB resource, as a definitions file;
+//! - `servers`, `procs`: starting the servers, reading `/proc`; `refs`: the two references;
+//! - `mcp`: the requests of both eras and the checks of their answers; `workload`: the
+//!   requests of each scenario (every page of a list);
+//! - `client`, `load`: the load generator; `measure`: the run; `report`: md, JSON, SVG.
 
+mod catalog;
+mod client;
 mod load;
+mod mcp;
+mod measure;
 mod procs;
 mod refs;
 mod report;
-mod scenarios;
+mod servers;
+mod workload;
 
 use std::path::PathBuf;
+use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Parser as _;
 
+use crate::measure::Plan;
+use crate::servers::Kind;
+
 #[derive(Debug, clap::Parser)]
-#[command(name = "bench", about = "Benchmarks the MCP platform against a bare hyper server and rmcp")]
+#[command(name = "bench", about = "Benchmarks the MCP platform against a bare hyper server and the rmcp SDK")]
 struct Cli {
     #[command(subcommand)]
     serve: Option<Serve>,
-    /// A few seconds, every server and scenario once at low concurrency; fails on any wrong answer.
+    /// A few seconds: every server and scenario once at 1 and 4 connections with the 5-tool
+    /// catalog; exits non-zero on any wrong answer. No timing assertions.
     #[arg(long)]
     smoke: bool,
-    /// Where the platform's binaries are.
+    /// Where the platform's binaries are (not built by this command).
     #[arg(long, default_value = "target/release")]
     bin_dir: PathBuf,
-    /// Where to write report.md, report.json and throughput.svg.
-    #[arg(long, default_value = "target/bench")]
-    out: PathBuf,
+    /// Where to write report.md, report.json and chart.svg [default: target/bench, or
+    /// target/bench-smoke with --smoke].
+    #[arg(long)]
+    out: Option<PathBuf>,
     /// Seconds of load per measurement.
     #[arg(long, default_value_t = 3.0)]
     duration: f64,
+    /// Seconds of warm-up load per scenario (not measured).
+    #[arg(long, default_value_t = 1.0)]
+    warmup: f64,
+    /// Seconds one request may take before it counts as an error (a hang).
+    #[arg(long, default_value_t = 10.0)]
+    timeout: f64,
     /// Concurrency levels (connections).
     #[arg(long, value_delimiter = ',', default_values_t = vec![1, 16, 64, 256])]
     concurrency: Vec<usize>,
-    /// Catalog sizes for the list scenarios.
+    /// Catalog sizes (tools); the references serve only the 5-tool catalog.
     #[arg(long, value_delimiter = ',', default_values_t = vec![5, 1000, 10000])]
     catalog: Vec<usize>,
+    /// Which servers [default: all].
+    #[arg(long, value_delimiter = ',', value_enum)]
+    servers: Vec<Kind>,
+    /// Do not pin servers and load generator to separate CPUs.
+    #[arg(long)]
+    no_pin: bool,
 }
 
+/// The references, run by the benchmark as child processes.
 #[derive(Debug, clap::Subcommand)]
 enum Serve {
-    /// Run the bare hyper reference (prints `listening ADDR`).
-    ServeHyper,
-    /// Run the rmcp reference (prints `listening ADDR`).
-    ServeRmcp,
+    #[command(hide = true)]
+    ServeBareHyper,
+    #[command(hide = true)]
+    ServeRmcp {
+        #[arg(long)]
+        resource: PathBuf,
+    },
 }
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
-    let cli = Cli::parse();
-    let any: std::net::SocketAddr = ([127, 0, 0, 1], 0).into();
-    match cli.serve {
-        Some(Serve::ServeHyper) => return refs::bare_hyper(any).await,
-        Some(Serve::ServeRmcp) => return refs::rmcp_server(any).await,
-        None => {}
+fn main() -> ExitCode {
+    match run(Cli::parse()) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("bench: {e:#}");
+            ExitCode::from(2)
+        }
     }
-    let plan = if cli.smoke {
-        scenarios::Plan {
-            duration: Duration::from_millis(300),
-            concurrency: vec![1, 4],
-            catalogs: vec![5],
-            bin_dir: cli.bin_dir,
-        }
-    } else {
-        scenarios::Plan {
-            duration: Duration::from_secs_f64(cli.duration),
-            concurrency: cli.concurrency,
-            catalogs: cli.catalog,
-            bin_dir: cli.bin_dir,
-        }
-    };
-    let results = scenarios::run(&plan).await?;
-    let failed: Vec<&scenarios::Row> =
-        results.iter().filter(|r| r.outcome.errors > 0 || r.outcome.requests == 0).collect();
-    std::fs::create_dir_all(&cli.out)?;
-    let md = report::markdown(&results, &plan);
-    std::fs::write(cli.out.join("report.md"), &md)?;
-    std::fs::write(cli.out.join("report.json"), serde_json::to_vec_pretty(&results)?)?;
-    std::fs::write(cli.out.join("throughput.svg"), report::svg(&results))?;
+}
+
+fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    if let Some(serve) = cli.serve {
+        let runtime = tokio::runtime::Runtime::new()?;
+        runtime.block_on(async {
+            match serve {
+                Serve::ServeBareHyper => refs::bare_hyper::run().await,
+                Serve::ServeRmcp { resource } => refs::sdk::run(resource).await,
+            }
+        })?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let plan = plan(&cli)?;
+    let out =
+        cli.out.clone().unwrap_or_else(|| PathBuf::from(if cli.smoke { "target/bench-smoke" } else { "target/bench" }));
+    // The load generator on one core, one runtime thread (pinned before any thread starts).
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    if plan.pinned {
+        builder.worker_threads(1);
+    }
+    let runtime = builder.enable_all().build()?;
+    let mut env = report::Environment::now();
+    if !plan.pinned {
+        eprintln!("note: not pinned (taskset missing, --no-pin or one core): servers and load share the CPUs");
+    }
+    let results = runtime.block_on(measure::run(&plan))?;
+    env.load_average_after = report::load_average();
+    let md = report::write(&out, &env, &plan, &results)?;
     println!("{md}");
-    println!("report written to {}", cli.out.display());
-    if !failed.is_empty() {
-        for r in failed {
-            eprintln!(
-                "FAIL {} {} c={} catalog={}: {} errors of {} ({})",
-                r.server,
-                r.scenario,
-                r.concurrency,
-                r.catalog,
-                r.outcome.errors,
-                r.outcome.requests + r.outcome.errors,
-                r.outcome.first_error.as_deref().unwrap_or("no answers")
-            );
-        }
-        anyhow::bail!("some answers were wrong");
+    eprintln!("report written to {}", out.join("report.md").display());
+    if results.failed() {
+        eprintln!("bench: some answers were wrong or a server failed (see the Errors section)");
+        return Ok(ExitCode::FAILURE);
     }
-    Ok(())
+    Ok(ExitCode::SUCCESS)
+}
+
+fn plan(cli: &Cli) -> anyhow::Result<Plan> {
+    let secs = |what: &str, v: f64| {
+        anyhow::ensure!(v.is_finite() && v >= 0.0, "--{what} must be a number of seconds");
+        Ok(Duration::from_secs_f64(v))
+    };
+    let (duration, warmup, concurrency, catalogs) = if cli.smoke {
+        (Duration::from_millis(50), Duration::ZERO, vec![1, 4], vec![catalog::REFERENCE_TOOLS])
+    } else {
+        (secs("duration", cli.duration)?, secs("warmup", cli.warmup)?, cli.concurrency.clone(), cli.catalog.clone())
+    };
+    anyhow::ensure!(concurrency.iter().all(|&c| (1..=4096).contains(&c)), "--concurrency levels must be 1 to 4096");
+    anyhow::ensure!(catalogs.iter().all(|&n| n >= 1), "--catalog sizes must be at least 1");
+    let timeout = secs("timeout", cli.timeout)?;
+    anyhow::ensure!(!timeout.is_zero(), "--timeout must be positive");
+    let two_cores = std::thread::available_parallelism().is_ok_and(|n| n.get() >= 2);
+    let pinned = !cli.no_pin && two_cores && procs::have_taskset() && procs::pin_self(1);
+    Ok(Plan {
+        smoke: cli.smoke,
+        servers: if cli.servers.is_empty() { Kind::ALL.to_vec() } else { cli.servers.clone() },
+        catalogs,
+        concurrency,
+        duration,
+        warmup,
+        timeout,
+        bin_dir: cli.bin_dir.clone(),
+        pinned,
+    })
 }

@@ -1,121 +1,239 @@
-//! The servers under test as processes: start them on port 0, read their address, and measure
-//! their CPU time and peak memory from /proc.
+//! Server processes: start one on port 0 (pinned to a CPU with `taskset` when there is one),
+//! learn its address from its JSON `listening` log line (as the e2e harness does), keep
+//! reading its log, and measure its CPU time and peak memory from `/proc`.
 
+use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::process::Stdio;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::io::{AsyncBufReadExt as _, BufReader};
 use tokio::process::{Child, Command};
 
-pub struct Server {
-    pub children: Vec<Child>,
-    /// The HTTP address to load.
-    pub addr: SocketAddr,
-    /// The MCP endpoint path.
-    pub path: String,
+/// How long a process may take to report that it listens (a 10 000-tool catalog in a debug
+/// build takes a few seconds).
+const START_TIMEOUT: Duration = Duration::from_secs(60);
+/// How many warning lines of each process are kept for the report.
+const KEPT_WARNINGS: usize = 5;
+
+/// One running server process. Killed when dropped.
+pub struct Proc {
+    pub name: String,
+    pub pid: u32,
+    child: Child,
+    log: Arc<Log>,
 }
 
-/// Wrap in `taskset -c CPU` when available: servers on one core, the load on the other.
-fn command(program: &Path, pin: Option<&str>) -> Command {
-    match pin {
-        Some(cpu) if which("taskset") => {
-            let mut c = Command::new("taskset");
-            c.arg("-c").arg(cpu).arg(program);
-            c
+/// What a process logged at WARN or ERROR.
+#[derive(Default)]
+struct Log {
+    warnings: AtomicU64,
+    last: Mutex<VecDeque<String>>,
+}
+
+/// `{"message":"listening","service":S,"addr":A}` → `(S, A)`.
+pub fn listening(line: &str) -> Option<(String, SocketAddr)> {
+    let v: serde_json::Value = serde_json::from_str(line).ok()?;
+    if v.get("message")?.as_str()? != "listening" {
+        return None;
+    }
+    let addr = v.get("addr")?.as_str()?.parse().ok()?;
+    Some((v.get("service")?.as_str()?.to_owned(), addr))
+}
+
+/// The line a reference server prints when it listens, in the platform's format.
+pub fn listening_line(service: &str, addr: SocketAddr) -> String {
+    serde_json::json!({ "level": "INFO", "message": "listening", "service": service, "addr": addr.to_string() })
+        .to_string()
+}
+
+pub fn have_taskset() -> bool {
+    std::env::var_os("PATH").is_some_and(|p| std::env::split_paths(&p).any(|d| d.join("taskset").is_file()))
+}
+
+/// Pin this process (all its threads) to `cpu`; call before the runtime starts its threads.
+pub fn pin_self(cpu: usize) -> bool {
+    std::process::Command::new("taskset")
+        .args(["-a", "-cp", &cpu.to_string(), &std::process::id().to_string()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+impl Proc {
+    /// Start `program args` and wait for the `listening` line of `service`. With `pin`, the
+    /// program runs under `taskset -c CPU` (taskset execs it: the pid is the server's).
+    pub async fn start(
+        program: &Path,
+        args: &[String],
+        service: &str,
+        pin: Option<usize>,
+    ) -> anyhow::Result<(Proc, SocketAddr)> {
+        anyhow::ensure!(
+            program.is_file(),
+            "{} is missing: build the binaries first (`cargo build --release --workspace --bins`)",
+            program.display()
+        );
+        let mut cmd = match pin {
+            Some(cpu) => {
+                let mut c = Command::new("taskset");
+                c.arg("-c").arg(cpu.to_string()).arg(program);
+                c
+            }
+            None => Command::new(program),
+        };
+        cmd.args(args)
+            .env("LOG_FORMAT", "json")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        let mut child = cmd.spawn().map_err(|e| anyhow::anyhow!("cannot start {}: {e}", program.display()))?;
+        let pid = child.id().ok_or_else(|| anyhow::anyhow!("{} exited at once", program.display()))?;
+        let stderr = child.stderr.take().ok_or_else(|| anyhow::anyhow!("no stderr"))?;
+        let log = Arc::new(Log::default());
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        tokio::spawn(read_log(stderr, service.to_owned(), log.clone(), tx));
+        let addr = match tokio::time::timeout(START_TIMEOUT, rx).await {
+            Ok(Ok(addr)) => addr,
+            _ => {
+                let _ = child.start_kill();
+                let last =
+                    log.last.lock().map(|l| l.iter().cloned().collect::<Vec<_>>().join("\n")).unwrap_or_default();
+                anyhow::bail!(
+                    "{} did not report `listening` for {service}; its last warnings:\n{last}",
+                    program.display()
+                );
+            }
+        };
+        let name = program.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        Ok((Proc { name, pid, child, log }, addr))
+    }
+
+    /// `Err` with the exit status when the process is no longer running.
+    pub fn check_alive(&mut self) -> Result<(), String> {
+        match self.child.try_wait() {
+            Ok(None) => Ok(()),
+            Ok(Some(status)) => Err(format!("{} (pid {}) exited: {status}", self.name, self.pid)),
+            Err(e) => Err(format!("{} (pid {}): {e}", self.name, self.pid)),
         }
-        _ => Command::new(program),
+    }
+
+    /// WARN and ERROR lines logged so far.
+    pub fn warnings(&self) -> u64 {
+        self.log.warnings.load(Ordering::Relaxed)
+    }
+
+    /// The last few WARN and ERROR lines, forgotten once taken.
+    pub fn take_warnings(&self) -> Vec<String> {
+        self.log.last.lock().map(|mut l| l.drain(..).collect()).unwrap_or_default()
+    }
+
+    /// Kill the process and wait for it.
+    pub async fn stop(mut self) {
+        let _ = self.child.start_kill();
+        let _ = tokio::time::timeout(Duration::from_secs(10), self.child.wait()).await;
     }
 }
 
-pub fn which(tool: &str) -> bool {
-    std::env::var_os("PATH").is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(tool).exists()))
-}
-
-/// Start `program args`; wait for its address: the JSON `listening` log line of `service`
-/// (standalone logs one per component), or a `listening ADDR` line on stdout.
-pub async fn spawn(
-    program: &Path,
-    args: &[&str],
-    service: &str,
-    pin: Option<&str>,
-) -> anyhow::Result<(Child, SocketAddr)> {
-    let mut cmd = command(program, pin);
-    cmd.args(args)
-        .env("LOG_FORMAT", "json")
-        .env("LOG_LEVEL", "warn,gateway=info,mcp_service=info,registry_service=info,oauth_service=info")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true);
-    let mut child = cmd.spawn()?;
-    let stdout = child.stdout.take().ok_or_else(|| anyhow::anyhow!("no stdout"))?;
-    let stderr = child.stderr.take().ok_or_else(|| anyhow::anyhow!("no stderr"))?;
-    let (tx, mut rx) = tokio::sync::mpsc::channel::<String>(64);
-    for reader in [Box::new(stdout) as Box<dyn tokio::io::AsyncRead + Unpin + Send>, Box::new(stderr)] {
-        let tx = tx.clone();
-        tokio::spawn(async move {
-            let mut lines = BufReader::new(reader).lines();
-            while let Ok(Some(line)) = lines.next_line().await {
-                let _ = tx.send(line).await;
-            }
-        });
-    }
-    let wait = async {
-        while let Some(line) = rx.recv().await {
-            if let Some(addr) = line.strip_prefix("listening ") {
-                return addr.trim().parse().ok();
-            }
-            if line.contains("\"listening\"")
-                && let Ok(v) = serde_json::from_str::<serde_json::Value>(&line)
-                && v["service"] == service
-                && let Some(addr) = v["addr"].as_str()
-            {
-                return addr.parse().ok();
+/// Read a child's log to its end: report the address of `service`'s `listening` line on
+/// `found`, count and keep WARN/ERROR lines. Never blocks the child on a full pipe.
+async fn read_log(
+    stderr: tokio::process::ChildStderr,
+    service: String,
+    log: Arc<Log>,
+    found: tokio::sync::oneshot::Sender<SocketAddr>,
+) {
+    let mut found = Some(found);
+    let mut lines = BufReader::new(stderr).lines();
+    while let Ok(Some(line)) = lines.next_line().await {
+        if found.is_some()
+            && let Some((svc, addr)) = listening(&line)
+            && svc == service
+            && let Some(tx) = found.take()
+        {
+            let _ = tx.send(addr);
+        }
+        if line.contains("\"level\":\"WARN\"") || line.contains("\"level\":\"ERROR\"") || !line.starts_with('{') {
+            log.warnings.fetch_add(1, Ordering::Relaxed);
+            if let Ok(mut last) = log.last.lock() {
+                if last.len() == KEPT_WARNINGS {
+                    last.pop_front();
+                }
+                last.push_back(line.chars().take(400).collect());
             }
         }
-        None
-    };
-    let addr = tokio::time::timeout(Duration::from_secs(30), wait)
-        .await
+    }
+}
+
+/// Clock ticks per second of `/proc/PID/stat` times (`getconf CLK_TCK`, 100 on Linux).
+pub fn clock_ticks() -> f64 {
+    std::process::Command::new("getconf")
+        .arg("CLK_TCK")
+        .output()
         .ok()
-        .flatten()
-        .ok_or_else(|| anyhow::anyhow!("{} did not report its address", program.display()))?;
-    // Keep draining its output so it never blocks on a full pipe.
-    tokio::spawn(async move { while rx.recv().await.is_some() {} });
-    Ok((child, addr))
+        .and_then(|o| String::from_utf8(o.stdout).ok())
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(100.0)
 }
 
-/// CPU seconds (user + system) a process has used.
-pub fn cpu_secs(pid: u32) -> f64 {
-    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { return 0.0 };
-    let Some(after) = stat.rsplit_once(')').map(|(_, rest)| rest) else { return 0.0 };
-    let fields: Vec<&str> = after.split_whitespace().collect();
-    let ticks = |i: usize| fields.get(i).and_then(|f| f.parse::<f64>().ok()).unwrap_or(0.0);
-    // Fields 14 and 15 of stat (utime, stime) are at 11 and 12 after the command name.
-    (ticks(11) + ticks(12)) / 100.0
+/// User + system CPU ticks of a process (all its threads), from `/proc/PID/stat`.
+pub fn cpu_ticks(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) may contain spaces: count fields after its closing ')'.
+    let rest = stat.rsplit_once(')')?.1;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // utime and stime are fields 14 and 15 of stat: 11 and 12 after the name.
+    let utime: u64 = fields.get(11)?.parse().ok()?;
+    let stime: u64 = fields.get(12)?.parse().ok()?;
+    Some(utime + stime)
 }
 
-/// Peak resident memory of a process, in KiB.
-pub fn peak_rss_kib(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| s.lines().find(|l| l.starts_with("VmHWM:")).map(str::to_owned))
-        .and_then(|l| l.split_whitespace().nth(1).and_then(|v| v.parse().ok()))
-        .unwrap_or(0)
+/// Busy CPU ticks of the whole machine, all cores (`/proc/stat`: user, nice, system, irq,
+/// softirq, steal).
+pub fn machine_busy_ticks() -> Option<u64> {
+    let stat = std::fs::read_to_string("/proc/stat").ok()?;
+    let line = stat.lines().find(|l| l.starts_with("cpu "))?;
+    let v: Vec<u64> = line.split_whitespace().skip(1).filter_map(|f| f.parse().ok()).collect();
+    // user nice system idle iowait irq softirq steal …
+    Some([0, 1, 2, 5, 6, 7].iter().filter_map(|&i| v.get(i)).sum())
 }
 
-impl Server {
-    /// The real server processes (under `taskset` the child is the server itself: taskset execs).
-    pub fn pids(&self) -> Vec<u32> {
-        self.children.iter().filter_map(Child::id).collect()
+/// Peak resident memory of a process (`VmHWM`), in KiB.
+pub fn peak_rss_kib(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// Reset the peak to the current resident memory (`echo 5 > /proc/PID/clear_refs`), so each
+/// measurement reports its own peak. `false` when not permitted.
+pub fn reset_peak_rss(pid: u32) -> bool {
+    std::fs::write(format!("/proc/{pid}/clear_refs"), "5").is_ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_listening_lines() {
+        let line = r#"{"level":"INFO","message":"listening","service":"gateway","addr":"127.0.0.1:4000"}"#;
+        assert_eq!(listening(line), Some(("gateway".into(), "127.0.0.1:4000".parse().expect("addr"))));
+        assert_eq!(listening(r#"{"message":"catalog loaded"}"#), None);
+        let ours = listening_line("rmcp", "127.0.0.1:9".parse().expect("addr"));
+        assert_eq!(listening(&ours).map(|(s, _)| s), Some("rmcp".into()));
     }
 
-    pub fn cpu_secs(&self) -> f64 {
-        self.pids().into_iter().map(cpu_secs).sum()
-    }
-
-    pub fn peak_rss_kib(&self) -> Vec<u64> {
-        self.pids().into_iter().map(peak_rss_kib).collect()
+    #[test]
+    fn reads_own_proc_files() {
+        let me = std::process::id();
+        assert!(cpu_ticks(me).is_some());
+        assert!(peak_rss_kib(me).is_some_and(|k| k > 0));
+        assert!(machine_busy_ticks().is_some());
     }
 }

@@ -1,126 +1,52 @@
-//! The references the platform is measured against, each run as its own process: a bare hyper
-//! server that parses the JSON-RPC body and answers a canned `tools/list` (the physical limit of
-//! one process), and the official Rust SDK (`rmcp`) serving the same five tools statelessly.
+//! The references the platform is measured against, each run as its own process (this binary
+//! re-executed with a hidden subcommand) so that its CPU and memory are measured apart:
+//!
+//! - [`bare_hyper`]: hyper 1 parsing the JSON-RPC body with serde_json and answering a canned
+//!   `tools/list` of the five tools — about the least work an HTTP JSON-RPC server can do;
+//! - [`sdk`]: the official Rust SDK (`rmcp`), Streamable HTTP, stateless, JSON responses,
+//!   serving the same five tools (text tools that echo) and the same 1 MiB resource.
+//!
+//! Both print the platform's JSON `listening` line on stderr.
+
+pub mod bare_hyper;
+pub mod sdk;
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
-use std::sync::Arc;
 
-use bytes::Bytes;
-use http_body_util::{BodyExt as _, Full};
 use hyper::body::Incoming;
 use hyper::{Request, Response};
 use hyper_util::rt::{TokioExecutor, TokioIo};
-use serde_json::{Value, json};
 
-/// The five tools every server under test offers.
-pub fn five_tools() -> Vec<Value> {
-    (0..5)
-        .map(|i| {
-            json!({
-                "name": format!("tool_{i}"),
-                "description": format!("Echoes its message back (tool {i} of the benchmark catalog)"),
-                "inputSchema": { "type": "object", "properties": { "message": { "type": "string" } }, "required": ["message"] }
-            })
-        })
-        .collect()
-}
+use crate::procs;
 
-async fn serve_with<F, Fut>(listen: SocketAddr, handle: F) -> anyhow::Result<()>
+/// Accept connections on 127.0.0.1, port 0, forever; each served by hyper (HTTP/1.1 or 2).
+async fn serve<S, B>(service_name: &str, service: S) -> anyhow::Result<()>
 where
-    F: Fn(Request<Incoming>) -> Fut + Clone + Send + Sync + 'static,
-    Fut: std::future::Future<Output = Result<Response<Full<Bytes>>, Infallible>> + Send + 'static,
+    S: hyper::service::Service<Request<Incoming>, Response = Response<B>, Error = Infallible> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+    B: hyper::body::Body + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
-    let listener = tokio::net::TcpListener::bind(listen).await?;
-    println!("listening {}", listener.local_addr()?);
+    let listener = tokio::net::TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], 0))).await?;
+    eprintln!("{}", procs::listening_line(service_name, listener.local_addr()?));
     loop {
-        let (stream, _) = listener.accept().await?;
+        let (stream, _) = match listener.accept().await {
+            Ok(accepted) => accepted,
+            Err(e) => {
+                // Out of file descriptors and the like: wait a little, keep serving.
+                eprintln!("{}", serde_json::json!({ "level": "WARN", "message": format!("accept: {e}") }));
+                tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+                continue;
+            }
+        };
         let _ = stream.set_nodelay(true);
-        let handle = handle.clone();
-        tokio::spawn(async move {
-            let service = hyper::service::service_fn(move |req| handle.clone()(req));
-            let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
-                .serve_connection(TokioIo::new(stream), service)
-                .await;
-        });
-    }
-}
-
-/// The bare hyper reference: parse, answer a canned `tools/list`.
-pub async fn bare_hyper(listen: SocketAddr) -> anyhow::Result<()> {
-    let list = Arc::new(json!({ "tools": five_tools() }));
-    serve_with(listen, move |req: Request<Incoming>| {
-        let list = list.clone();
-        async move {
-            let body = req.into_body().collect().await.map(|b| b.to_bytes()).unwrap_or_default();
-            let parsed: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-            let reply = json!({ "jsonrpc": "2.0", "id": parsed["id"], "result": *list });
-            let bytes = serde_json::to_vec(&reply).unwrap_or_default();
-            Ok(Response::builder()
-                .header("content-type", "application/json")
-                .body(Full::new(Bytes::from(bytes)))
-                .unwrap_or_default())
-        }
-    })
-    .await
-}
-
-/// The rmcp reference: the SDK's Streamable HTTP server, stateless, JSON responses.
-pub async fn rmcp_server(listen: SocketAddr) -> anyhow::Result<()> {
-    use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
-    use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
-    let config = StreamableHttpServerConfig::default().with_legacy_session_mode(false).with_json_response(true);
-    let service = StreamableHttpService::new(|| Ok(Reference), Arc::new(LocalSessionManager::default()), config);
-    let listener = tokio::net::TcpListener::bind(listen).await?;
-    println!("listening {}", listener.local_addr()?);
-    loop {
-        let (stream, _) = listener.accept().await?;
-        let _ = stream.set_nodelay(true);
-        let service = hyper_util::service::TowerToHyperService::new(service.clone());
+        let service = service.clone();
         tokio::spawn(async move {
             let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
                 .serve_connection(TokioIo::new(stream), service)
                 .await;
         });
-    }
-}
-
-#[derive(Clone)]
-struct Reference;
-
-impl rmcp::ServerHandler for Reference {
-    fn get_info(&self) -> rmcp::model::ServerConfig {
-        rmcp::model::ServerConfig::new(rmcp::model::ServerCapabilities::builder().enable_tools().build())
-    }
-
-    async fn list_tools(
-        &self,
-        _request: Option<rmcp::model::PaginatedRequestParams>,
-        _context: rmcp::service::RequestContext<rmcp::RoleServer>,
-    ) -> Result<rmcp::model::ListToolsResult, rmcp::ErrorData> {
-        let tools = five_tools()
-            .into_iter()
-            .map(|t| {
-                let schema = t["inputSchema"].as_object().cloned().unwrap_or_default();
-                rmcp::model::Tool::new(
-                    t["name"].as_str().unwrap_or_default().to_owned(),
-                    t["description"].as_str().unwrap_or_default().to_owned(),
-                    Arc::new(schema),
-                )
-            })
-            .collect();
-        Ok(rmcp::model::ListToolsResult::with_all_items(tools))
-    }
-
-    async fn call_tool(
-        &self,
-        request: rmcp::model::CallToolRequestParams,
-        _context: rmcp::service::RequestContext<rmcp::RoleServer>,
-    ) -> Result<rmcp::model::CallToolResponse, rmcp::ErrorData> {
-        let message =
-            request.arguments.as_ref().and_then(|a| a.get("message")).and_then(Value::as_str).unwrap_or_default();
-        Ok(rmcp::model::CallToolResponse::Complete(rmcp::model::CallToolResult::success(vec![
-            rmcp::model::ContentBlock::text(message.to_owned()),
-        ])))
     }
 }

@@ -1,0 +1,290 @@
+//! The MCP requests of the scenarios, in both eras, and the checks of their answers.
+//!
+//! Modern (2026-07-28): no handshake; `params._meta` carries the version and the client
+//! capabilities, and the headers `MCP-Protocol-Version`, `Mcp-Method` and `Mcp-Name` repeat
+//! them. Legacy (2025-06-18): `initialize` once per connection, then `MCP-Protocol-Version`
+//! and the `Mcp-Session-Id` the server gave (added by the connection, see `client.rs`).
+
+use bytes::Bytes;
+use hyper::header::{HeaderMap, HeaderName, HeaderValue};
+use serde_json::{Value, json};
+
+use crate::catalog;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Era {
+    Modern,
+    Legacy,
+}
+
+impl Era {
+    pub const ALL: [Era; 2] = [Era::Modern, Era::Legacy];
+
+    pub fn version(self) -> &'static str {
+        match self {
+            Era::Modern => "2026-07-28",
+            Era::Legacy => "2025-06-18",
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Op {
+    /// `tools/list`, every page of the catalog in turn.
+    List,
+    /// `tools/call` of a text tool that echoes its message.
+    Call,
+    /// `resources/read` of the 1 MiB resource.
+    Read,
+    /// `server/discover` (modern only).
+    Discover,
+}
+
+impl Op {
+    pub const ALL: [Op; 4] = [Op::List, Op::Call, Op::Read, Op::Discover];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            Op::List => "tools/list",
+            Op::Call => "tools/call text",
+            Op::Read => "resources/read 1 MiB",
+            Op::Discover => "server/discover",
+        }
+    }
+
+    pub fn eras(self) -> &'static [Era] {
+        match self {
+            Op::Discover => &[Era::Modern],
+            _ => &Era::ALL,
+        }
+    }
+}
+
+/// One request, and what a correct answer looks like.
+#[derive(Clone, Debug)]
+pub struct Call {
+    pub headers: HeaderMap,
+    pub body: Bytes,
+    pub id: Option<u64>,
+    pub expect: Expect,
+}
+
+#[derive(Clone, Debug)]
+pub enum Expect {
+    /// A page of `tools/list`: `count` tools, the first named `first`, `nextCursor` iff `more`.
+    Page { count: usize, first: String, more: bool },
+    /// Any well-formed page of `tools/list` (while the pages are being found).
+    AnyPage,
+    /// A text tool result whose only content is this text.
+    Echo(String),
+    /// The 1 MiB resource, its text exactly.
+    Resource,
+    /// A discovery result that lists the modern version.
+    Discover,
+    /// An `initialize` result that agreed on the legacy version.
+    Initialize,
+    /// A notification: any 2xx.
+    Accepted,
+}
+
+fn header(name: &'static str, value: &str) -> Option<(HeaderName, HeaderValue)> {
+    Some((HeaderName::from_static(name), HeaderValue::from_str(value).ok()?))
+}
+
+/// A request of `era` (`id: None` is a notification); `name` is the `Mcp-Name` of modern calls.
+fn request(era: Era, method: &str, name: Option<&str>, mut params: Value, id: Option<u64>, expect: Expect) -> Call {
+    let mut headers = HeaderMap::new();
+    let mut add = |h: Option<(HeaderName, HeaderValue)>| {
+        if let Some((k, v)) = h {
+            headers.append(k, v);
+        }
+    };
+    add(header("content-type", "application/json"));
+    add(header("accept", "application/json, text/event-stream"));
+    match era {
+        Era::Modern => {
+            params["_meta"] = json!({
+                "io.modelcontextprotocol/protocolVersion": era.version(),
+                "io.modelcontextprotocol/clientCapabilities": {}
+            });
+            add(header("mcp-protocol-version", era.version()));
+            add(header("mcp-method", method));
+            if let Some(name) = name {
+                add(header("mcp-name", name));
+            }
+        }
+        Era::Legacy if method != "initialize" => add(header("mcp-protocol-version", era.version())),
+        Era::Legacy => {}
+    }
+    let mut body = json!({ "jsonrpc": "2.0", "method": method, "params": params });
+    if let Some(id) = id {
+        body["id"] = id.into();
+    }
+    Call { headers, body: Bytes::from(body.to_string()), id, expect }
+}
+
+/// `tools/list` from `cursor` (the first page without one).
+pub fn list(era: Era, cursor: Option<&str>, id: u64, expect: Expect) -> Call {
+    let params = match cursor {
+        Some(c) => json!({ "cursor": c }),
+        None => json!({}),
+    };
+    request(era, "tools/list", None, params, Some(id), expect)
+}
+
+/// `tools/call` of `tool` with `message`.
+pub fn echo(era: Era, tool: &str, message: &str, id: u64) -> Call {
+    let params = json!({ "name": tool, "arguments": { "message": message } });
+    request(era, "tools/call", Some(tool), params, Some(id), Expect::Echo(message.to_owned()))
+}
+
+pub fn read(era: Era, id: u64) -> Call {
+    let params = json!({ "uri": catalog::RESOURCE_URI });
+    request(era, "resources/read", Some(catalog::RESOURCE_URI), params, Some(id), Expect::Resource)
+}
+
+pub fn discover(id: u64) -> Call {
+    request(Era::Modern, "server/discover", None, json!({}), Some(id), Expect::Discover)
+}
+
+pub fn initialize() -> Call {
+    let params = json!({
+        "protocolVersion": Era::Legacy.version(),
+        "capabilities": {},
+        "clientInfo": { "name": "mcp-bench", "version": "1.0.0" }
+    });
+    request(Era::Legacy, "initialize", None, params, Some(0), Expect::Initialize)
+}
+
+pub fn initialized() -> Call {
+    request(Era::Legacy, "notifications/initialized", None, json!({}), None, Expect::Accepted)
+}
+
+/// What came back for one request.
+pub struct Answer {
+    pub status: hyper::StatusCode,
+    pub headers: HeaderMap,
+    pub body: Bytes,
+}
+
+/// Check an answer against its request; `Ok` with the JSON-RPC `result` (`Null` for
+/// notifications).
+pub fn check(call: &Call, answer: &Answer) -> Result<Value, String> {
+    if let Expect::Accepted = call.expect {
+        return if answer.status.is_success() { Ok(Value::Null) } else { Err(describe(answer, "status")) };
+    }
+    if answer.status != hyper::StatusCode::OK {
+        return Err(describe(answer, "status"));
+    }
+    let content_type = answer.headers.get("content-type").and_then(|v| v.to_str().ok()).unwrap_or_default();
+    if !content_type.starts_with("application/json") {
+        return Err(describe(answer, &format!("content-type {content_type:?}")));
+    }
+    let mut reply: Value = serde_json::from_slice(&answer.body).map_err(|e| describe(answer, &e.to_string()))?;
+    if reply["jsonrpc"] != "2.0" || reply["id"].as_u64() != call.id {
+        return Err(describe(answer, "not the JSON-RPC reply to this request"));
+    }
+    if reply.get("error").is_some() {
+        return Err(describe(answer, "JSON-RPC error"));
+    }
+    let result = reply.get_mut("result").map(Value::take).ok_or_else(|| describe(answer, "no result"))?;
+    check_result(&call.expect, &result).map_err(|why| describe(answer, why))?;
+    Ok(result)
+}
+
+fn check_result(expect: &Expect, result: &Value) -> Result<(), &'static str> {
+    let ok = |good: bool, why: &'static str| if good { Ok(()) } else { Err(why) };
+    match expect {
+        Expect::Page { count, first, more } => {
+            let tools = result["tools"].as_array().ok_or("no tools array")?;
+            ok(tools.len() == *count, "wrong number of tools on the page")?;
+            ok(tools.first().and_then(|t| t["name"].as_str()) == Some(first.as_str()), "wrong first tool")?;
+            ok(tools.iter().all(|t| t["name"].is_string() && t["inputSchema"].is_object()), "malformed tool")?;
+            ok(result["nextCursor"].is_string() == *more, "nextCursor present or absent wrongly")
+        }
+        Expect::AnyPage => {
+            let tools = result["tools"].as_array().ok_or("no tools array")?;
+            ok(tools.iter().all(|t| t["name"].is_string() && t["inputSchema"].is_object()), "malformed tool")?;
+            ok(result.get("nextCursor").is_none_or(Value::is_string), "nextCursor is not a string")
+        }
+        Expect::Echo(text) => {
+            ok(result["isError"] != true, "tool error")?;
+            let content = result["content"].as_array().ok_or("no content")?;
+            ok(content.len() == 1 && content[0]["type"] == "text", "not one text content")?;
+            ok(content[0]["text"].as_str() == Some(text.as_str()), "text is not the message echoed")
+        }
+        Expect::Resource => {
+            let contents = result["contents"].as_array().ok_or("no contents")?;
+            ok(contents.len() == 1 && contents[0]["uri"] == catalog::RESOURCE_URI, "not the resource")?;
+            let text = contents[0]["text"].as_str().ok_or("no text")?;
+            ok(text.len() == catalog::RESOURCE_BYTES && text.starts_with("The quick brown fox"), "wrong contents")
+        }
+        Expect::Discover => ok(
+            result["supportedVersions"].as_array().is_some_and(|v| v.iter().any(|v| v == Era::Modern.version())),
+            "supportedVersions lacks 2026-07-28",
+        ),
+        Expect::Initialize => ok(result["protocolVersion"] == Era::Legacy.version(), "another protocol version"),
+        Expect::Accepted => Ok(()),
+    }
+}
+
+/// An error text: the reason, the status and the start of the body.
+fn describe(answer: &Answer, why: &str) -> String {
+    let head = String::from_utf8_lossy(&answer.body[..answer.body.len().min(200)]).into_owned();
+    format!("{why}: HTTP {} {head}", answer.status.as_u16())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn answer(body: Value) -> Answer {
+        let mut headers = HeaderMap::new();
+        headers.insert("content-type", HeaderValue::from_static("application/json"));
+        Answer { status: hyper::StatusCode::OK, headers, body: Bytes::from(body.to_string()) }
+    }
+
+    #[test]
+    fn modern_requests_carry_meta_and_headers() {
+        let call = echo(Era::Modern, "tool_1", "hi", 7);
+        let body: Value = serde_json::from_slice(&call.body).expect("json");
+        assert_eq!(body["params"]["_meta"]["io.modelcontextprotocol/protocolVersion"], "2026-07-28");
+        assert_eq!(call.headers["mcp-method"], "tools/call");
+        assert_eq!(call.headers["mcp-name"], "tool_1");
+        let legacy = echo(Era::Legacy, "tool_1", "hi", 7);
+        assert!(legacy.headers.get("mcp-name").is_none());
+        assert_eq!(legacy.headers["mcp-protocol-version"], "2025-06-18");
+    }
+
+    #[test]
+    fn checks_echoes() {
+        let call = echo(Era::Modern, "tool_0", "hi", 3);
+        let good = json!({"jsonrpc":"2.0","id":3,"result":{"content":[{"type":"text","text":"hi"}]}});
+        assert!(check(&call, &answer(good)).is_ok());
+        let wrong_id = json!({"jsonrpc":"2.0","id":4,"result":{"content":[{"type":"text","text":"hi"}]}});
+        assert!(check(&call, &answer(wrong_id)).is_err());
+        let error = json!({"jsonrpc":"2.0","id":3,"error":{"code":-32602,"message":"hi"}});
+        assert!(check(&call, &answer(error)).is_err());
+        let tool_error =
+            json!({"jsonrpc":"2.0","id":3,"result":{"isError":true,"content":[{"type":"text","text":"hi"}]}});
+        assert!(check(&call, &answer(tool_error)).is_err());
+    }
+
+    #[test]
+    fn checks_pages() {
+        let expect = Expect::Page { count: 2, first: "tool_0".into(), more: true };
+        let call = list(Era::Legacy, None, 1, expect);
+        let tool = |n: &str| json!({"name": n, "inputSchema": {"type": "object"}});
+        let page = |more: bool| {
+            let mut r = json!({"tools": [tool("tool_0"), tool("tool_1")]});
+            if more {
+                r["nextCursor"] = "c".into();
+            }
+            json!({"jsonrpc":"2.0","id":1,"result": r})
+        };
+        assert!(check(&call, &answer(page(true))).is_ok());
+        assert!(check(&call, &answer(page(false))).is_err());
+    }
+}

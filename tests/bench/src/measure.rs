@@ -1,0 +1,278 @@
+//! The run: for each catalog size, each server (one at a time), each scenario it supports and
+//! each concurrency level, one measurement of throughput, latency, server CPU per request and
+//! peak memory per process.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::catalog::Files;
+use crate::load::{self, Settings, Workload};
+use crate::mcp::{Era, Op};
+use crate::procs;
+use crate::servers::{Kind, Launch, Server};
+use crate::workload;
+
+/// What to measure.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Plan {
+    pub smoke: bool,
+    pub servers: Vec<Kind>,
+    pub catalogs: Vec<usize>,
+    pub concurrency: Vec<usize>,
+    pub duration: Duration,
+    pub warmup: Duration,
+    pub timeout: Duration,
+    pub bin_dir: PathBuf,
+    /// Servers on CPU 0 and the load generator on CPU 1 (`taskset`).
+    pub pinned: bool,
+}
+
+/// One measurement: a server × scenario × catalog size × concurrency.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Row {
+    pub server: Kind,
+    pub op: Op,
+    pub era: Era,
+    pub catalog: usize,
+    pub concurrency: usize,
+    /// Requests in the rotation: the pages of the list for `tools/list`.
+    pub pages: usize,
+    pub ok: u64,
+    pub errors: u64,
+    pub error_kinds: Vec<(String, u64)>,
+    pub elapsed_s: f64,
+    pub req_per_s: f64,
+    pub mean_us: f64,
+    pub p50_us: u64,
+    pub p99_us: u64,
+    pub p999_us: u64,
+    pub max_us: u64,
+    /// Server CPU (user + system, every process) per correct answer.
+    pub cpu_us_per_req: f64,
+    /// Server CPU time over wall time (100 = one core busy).
+    pub server_cpu_pct: f64,
+    /// The load generator's CPU time over wall time.
+    pub loadgen_cpu_pct: f64,
+    /// CPU used by everything else on the machine over wall time: noise (100 = one core).
+    pub other_cpu_pct: f64,
+    /// Peak resident memory of each process during this measurement, KiB.
+    pub peak_rss_kib: Vec<(String, u64)>,
+    /// WARN/ERROR lines the server logged during this measurement, and the last few.
+    pub server_warnings: u64,
+    pub warning_samples: Vec<String>,
+}
+
+/// A full `tools/list` on one connection, page after page.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Listing {
+    pub server: Kind,
+    pub era: Era,
+    pub catalog: usize,
+    pub pages: usize,
+    pub first_page_tools: usize,
+    pub median_ms: f64,
+}
+
+/// Something that went wrong outside a measurement (start, setup, warm-up, a crash).
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Failure {
+    pub server: Kind,
+    pub catalog: usize,
+    pub what: String,
+    pub detail: String,
+}
+
+#[derive(Default, Debug, serde::Serialize)]
+pub struct Results {
+    pub rows: Vec<Row>,
+    pub listings: Vec<Listing>,
+    pub failures: Vec<Failure>,
+    /// Whether each measurement's peak memory is its own (`/proc/PID/clear_refs`).
+    pub peak_rss_per_measurement: bool,
+}
+
+impl Results {
+    /// Wrong answers, errors or failures anywhere.
+    pub fn failed(&self) -> bool {
+        !self.failures.is_empty() || self.rows.iter().any(|r| r.errors > 0 || r.ok == 0)
+    }
+}
+
+struct Clock {
+    ticks_per_s: f64,
+}
+
+pub async fn run(plan: &Plan) -> anyhow::Result<Results> {
+    let files = Files::new()?;
+    let launch = Launch { bin_dir: &plan.bin_dir, files: &files, pin: plan.pinned.then_some(0) };
+    let clock = Clock { ticks_per_s: procs::clock_ticks() };
+    let mut results = Results { peak_rss_per_measurement: true, ..Results::default() };
+    for &catalog in &plan.catalogs {
+        for &kind in &plan.servers {
+            let scenarios: Vec<(Op, Era)> = Op::ALL
+                .iter()
+                .flat_map(|&op| op.eras().iter().map(move |&era| (op, era)))
+                .filter(|&(op, era)| kind.supports(op, era, catalog))
+                .collect();
+            if scenarios.is_empty() {
+                continue;
+            }
+            let fail = |what: &str, detail: String| Failure { server: kind, catalog, what: what.to_owned(), detail };
+            eprintln!("== {} with {catalog} tools", kind.name());
+            let mut server = match launch.start(kind, catalog).await {
+                Ok(s) => s,
+                Err(e) => {
+                    results.failures.push(fail("start", format!("{e:#}")));
+                    continue;
+                }
+            };
+            for (op, era) in scenarios {
+                if let Err(failure) = scenario(plan, &clock, &mut server, op, era, catalog, &mut results).await {
+                    results.failures.push(fail(&format!("{} ({})", op.label(), era.version()), failure));
+                }
+                if let Err(e) = server.check_alive() {
+                    results.failures.push(fail("crash", format!("{e}; last warnings: {:?}", server.take_warnings())));
+                    break;
+                }
+            }
+            server.stop().await;
+        }
+    }
+    Ok(results)
+}
+
+/// Set up, warm up and measure one scenario at every concurrency level.
+async fn scenario(
+    plan: &Plan,
+    clock: &Clock,
+    server: &mut Server,
+    op: Op,
+    era: Era,
+    catalog: usize,
+    results: &mut Results,
+) -> Result<(), String> {
+    let kind = server.kind;
+    let workload = Arc::new(workload::build(server.addr, op, era, catalog, kind.handshakes(), plan.timeout).await?);
+    if !plan.warmup.is_zero() {
+        let c = plan.concurrency.iter().copied().max().unwrap_or(1).min(16);
+        let settings = Settings { concurrency: c, duration: plan.warmup, timeout: plan.timeout };
+        let warm = measure_load(server, &workload, settings).await?;
+        // Reported, but the measurements still run: they count their own errors.
+        if let Some((why, n)) = warm.error_kinds.first() {
+            results.failures.push(Failure {
+                server: kind,
+                catalog,
+                what: format!("{} ({}) warm-up", op.label(), era.version()),
+                detail: format!(
+                    "{} errors in {} answers, most often ({n}×): {why}",
+                    warm.errors,
+                    warm.ok + warm.errors
+                ),
+            });
+        }
+    }
+    if op == Op::List {
+        let median_ms = workload::time_listing(server.addr, &workload, plan.timeout).await?;
+        let first_page_tools = match workload.calls.first().map(|c| &c.expect) {
+            Some(crate::mcp::Expect::Page { count, .. }) => *count,
+            _ => 0,
+        };
+        results.listings.push(Listing {
+            server: kind,
+            era,
+            catalog,
+            pages: workload.calls.len(),
+            first_page_tools,
+            median_ms,
+        });
+    }
+    for &concurrency in &plan.concurrency {
+        let settings = Settings { concurrency, duration: plan.duration, timeout: plan.timeout };
+        let fleet = load::connect(server.addr, &workload, settings).map_err(|e| e.to_string())?;
+        fleet.ready().await;
+        results.peak_rss_per_measurement &= server.reset_peaks();
+        let _ = server.take_warnings();
+        let (server0, own0, all0, warn0) = (server.cpu_ticks(), own_ticks(), all_ticks(), server.warnings());
+        let outcome = fleet.go().await;
+        let (server1, own1, all1, warn1) = (server.cpu_ticks(), own_ticks(), all_ticks(), server.warnings());
+        let secs = outcome.elapsed.as_secs_f64().max(1e-9);
+        let (server_ticks, own_ticks) = (server1.saturating_sub(server0), own1.saturating_sub(own0));
+        let other_ticks = all1.saturating_sub(all0).saturating_sub(server_ticks + own_ticks);
+        let server_cpu_s = server_ticks as f64 / clock.ticks_per_s;
+        let own_cpu_s = own_ticks as f64 / clock.ticks_per_s;
+        let h = &outcome.latency;
+        let row = Row {
+            server: kind,
+            op,
+            era,
+            catalog,
+            concurrency,
+            pages: workload.calls.len(),
+            ok: outcome.ok,
+            errors: outcome.errors,
+            error_kinds: outcome.error_kinds.into_iter().take(5).collect(),
+            elapsed_s: secs,
+            req_per_s: outcome.ok as f64 / secs,
+            mean_us: h.mean(),
+            p50_us: h.value_at_quantile(0.5),
+            p99_us: h.value_at_quantile(0.99),
+            p999_us: h.value_at_quantile(0.999),
+            max_us: h.max(),
+            cpu_us_per_req: server_cpu_s * 1e6 / outcome.ok.max(1) as f64,
+            server_cpu_pct: server_cpu_s * 100.0 / secs,
+            loadgen_cpu_pct: own_cpu_s * 100.0 / secs,
+            other_cpu_pct: other_ticks as f64 / clock.ticks_per_s * 100.0 / secs,
+            peak_rss_kib: server.peaks(),
+            server_warnings: warn1.saturating_sub(warn0),
+            warning_samples: server.take_warnings(),
+        };
+        progress(&row);
+        results.rows.push(row);
+        server.check_alive()?;
+        // Let the server close the old connections before the next level.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    Ok(())
+}
+
+/// A load without measuring it (the warm-up).
+async fn measure_load(server: &Server, workload: &Arc<Workload>, settings: Settings) -> Result<load::Outcome, String> {
+    let fleet = load::connect(server.addr, workload, settings).map_err(|e| e.to_string())?;
+    fleet.ready().await;
+    Ok(fleet.go().await)
+}
+
+fn own_ticks() -> u64 {
+    procs::cpu_ticks(std::process::id()).unwrap_or(0)
+}
+
+fn all_ticks() -> u64 {
+    procs::machine_busy_ticks().unwrap_or(0)
+}
+
+fn progress(r: &Row) {
+    let rss: u64 = r.peak_rss_kib.iter().map(|(_, k)| k).sum();
+    eprintln!(
+        "{:>13} {:<21} {} {:>5} tools c={:<3} {:>8.0} req/s  p50 {:>6} µs  p99 {:>7} µs  cpu {:>7.1} µs/req  rss {:>6.1} MiB  loadgen {:>3.0}%  other {:>3.0}%  errors {}",
+        r.server.name(),
+        r.op.label(),
+        r.era.version(),
+        r.catalog,
+        r.concurrency,
+        r.req_per_s,
+        r.p50_us,
+        r.p99_us,
+        r.cpu_us_per_req,
+        rss as f64 / 1024.0,
+        r.loadgen_cpu_pct,
+        r.other_cpu_pct,
+        r.errors
+    );
+    if let Some((why, n)) = r.error_kinds.first() {
+        eprintln!("{:>13} most frequent error ({n}×): {why}", "");
+    }
+    if let Some(line) = r.warning_samples.last() {
+        eprintln!("{:>13} last server warning: {line}", "");
+    }
+}

@@ -1,0 +1,147 @@
+//! `chart.svg`, written by hand: one row of two panels per scenario — throughput and p99
+//! latency by number of connections, one line per server, logarithmic y axes.
+
+use std::fmt::Write as _;
+
+use crate::mcp::{Era, Op};
+use crate::measure::Row;
+use crate::servers::Kind;
+
+const PANEL_W: f64 = 380.0;
+const PANEL_H: f64 = 190.0;
+const LEFT: f64 = 64.0;
+const RIGHT: f64 = 16.0;
+const TOP: f64 = 28.0;
+const BOTTOM: f64 = 30.0;
+const LEGEND_H: f64 = 30.0;
+
+fn color(kind: Kind) -> &'static str {
+    match kind {
+        Kind::BareHyper => "#7f7f7f",
+        Kind::Rmcp => "#d95f02",
+        Kind::Standalone => "#1b9e77",
+        Kind::Microservices => "#7570b3",
+    }
+}
+
+/// Every scenario (op, era, catalog) that has rows, in report order.
+fn scenarios(rows: &[Row]) -> Vec<(Op, Era, usize)> {
+    let mut keys: Vec<(Op, Era, usize)> = rows.iter().map(|r| (r.op, r.era, r.catalog)).collect();
+    keys.sort_by_key(|&(op, era, catalog)| (catalog, op, era));
+    keys.dedup();
+    keys
+}
+
+pub fn render(rows: &[Row], levels: &[usize]) -> String {
+    let keys = scenarios(rows);
+    let width = 2.0 * PANEL_W;
+    let height = LEGEND_H + keys.len() as f64 * PANEL_H;
+    let mut s = format!(
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{width}\" height=\"{height}\" viewBox=\"0 0 {width} {height}\" \
+         font-family=\"sans-serif\" font-size=\"11\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n"
+    );
+    for (i, kind) in Kind::ALL.iter().enumerate() {
+        let x = LEFT + i as f64 * 150.0;
+        let _ = writeln!(
+            s,
+            "<rect x=\"{x}\" y=\"10\" width=\"14\" height=\"4\" fill=\"{}\"/><text x=\"{}\" y=\"16\">{}</text>",
+            color(*kind),
+            x + 18.0,
+            kind.name()
+        );
+    }
+    for (i, &(op, era, catalog)) in keys.iter().enumerate() {
+        let y0 = LEGEND_H + i as f64 * PANEL_H;
+        let pick: Vec<&Row> =
+            rows.iter().filter(|r| r.op == op && r.era == era && r.catalog == catalog && r.ok > 0).collect();
+        let title = format!("{} {} ({catalog} tools)", op.label(), era.version());
+        panel(&mut s, 0.0, y0, &format!("{title}: req/s"), &pick, levels, |r| r.req_per_s);
+        panel(&mut s, PANEL_W, y0, &format!("{title}: p99 ms"), &pick, levels, |r| r.p99_us as f64 / 1000.0);
+    }
+    s.push_str("</svg>\n");
+    s
+}
+
+fn panel(s: &mut String, x0: f64, y0: f64, title: &str, rows: &[&Row], levels: &[usize], metric: fn(&Row) -> f64) {
+    let (plot_w, plot_h) = (PANEL_W - LEFT - RIGHT, PANEL_H - TOP - BOTTOM);
+    let (left, top) = (x0 + LEFT, y0 + TOP);
+    let _ = writeln!(s, "<text x=\"{left}\" y=\"{}\" font-weight=\"bold\">{}</text>", y0 + 16.0, escape(title));
+    let values: Vec<f64> = rows.iter().map(|r| metric(r)).filter(|v| *v > 0.0).collect();
+    if values.is_empty() || levels.is_empty() {
+        return;
+    }
+    // Whole decades around the values.
+    let lo = values.iter().copied().fold(f64::MAX, f64::min).log10().floor();
+    let mut hi = values.iter().copied().fold(0.0, f64::max).log10().ceil();
+    if hi <= lo {
+        hi = lo + 1.0;
+    }
+    let y = |v: f64| top + plot_h - (v.max(1e-12).log10() - lo) / (hi - lo) * plot_h;
+    let step = plot_w / (levels.len().max(2) - 1) as f64;
+    let x = |c: usize| left + levels.iter().position(|l| *l == c).unwrap_or(0) as f64 * step;
+    for d in (lo as i32)..=(hi as i32) {
+        let v = 10f64.powi(d);
+        let yy = y(v);
+        let _ = writeln!(
+            s,
+            "<line x1=\"{left}\" y1=\"{yy:.1}\" x2=\"{:.1}\" y2=\"{yy:.1}\" stroke=\"#ddd\"/><text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"end\">{}</text>",
+            left + plot_w,
+            left - 4.0,
+            yy + 4.0,
+            si(v)
+        );
+    }
+    for &c in levels {
+        let _ =
+            writeln!(s, "<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"middle\">{c}</text>", x(c), top + plot_h + 14.0);
+    }
+    let _ = writeln!(
+        s,
+        "<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"middle\" fill=\"#555\">connections</text>",
+        left + plot_w / 2.0,
+        top + plot_h + 26.0
+    );
+    for kind in Kind::ALL {
+        let mut pts: Vec<(f64, f64)> =
+            rows.iter().filter(|r| r.server == kind).map(|r| (x(r.concurrency), y(metric(r)))).collect();
+        pts.sort_by(|a, b| a.0.total_cmp(&b.0));
+        if pts.is_empty() {
+            continue;
+        }
+        let line: Vec<String> = pts.iter().map(|(a, b)| format!("{a:.1},{b:.1}")).collect();
+        let _ = writeln!(
+            s,
+            "<polyline fill=\"none\" stroke=\"{}\" stroke-width=\"2\" points=\"{}\"/>",
+            color(kind),
+            line.join(" ")
+        );
+        for (a, b) in pts {
+            let _ = writeln!(s, "<circle cx=\"{a:.1}\" cy=\"{b:.1}\" r=\"2.5\" fill=\"{}\"/>", color(kind));
+        }
+    }
+}
+
+/// 1k, 10k, 1M, 0.01 …
+fn si(v: f64) -> String {
+    match v {
+        v if v >= 1e6 => format!("{}M", v / 1e6),
+        v if v >= 1e3 => format!("{}k", v / 1e3),
+        v => format!("{v}"),
+    }
+}
+
+fn escape(text: &str) -> String {
+    text.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn labels_decades() {
+        assert_eq!(si(1e3), "1k");
+        assert_eq!(si(1e6), "1M");
+        assert_eq!(si(0.1), "0.1");
+    }
+}
