@@ -30,6 +30,8 @@ pub struct Config {
     pub service_token: Option<String>,
     /// Admin address serving `/metrics` (Prometheus); none when unset.
     pub metrics_listen: Option<SocketAddr>,
+    /// How long in-flight requests and open streams may run after a shutdown signal.
+    pub shutdown_grace_secs: u64,
 }
 
 impl Default for Config {
@@ -45,6 +47,7 @@ impl Default for Config {
             state_secret: None,
             service_token: None,
             metrics_listen: None,
+            shutdown_grace_secs: 10,
         }
     }
 }

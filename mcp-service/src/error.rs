@@ -47,6 +47,9 @@ pub enum Error {
     HeaderMismatch(String),
     #[error("Internal error")]
     Internal(String),
+    /// registry-service cannot be reached (down, restarting, overloaded): worth retrying.
+    #[error("Temporarily unavailable")]
+    Unavailable(String),
     /// The client went away (closed the stream) or cancelled the request.
     #[error("Request cancelled")]
     Cancelled,
@@ -73,7 +76,7 @@ impl Error {
             Self::UnsupportedVersion { .. } => ErrorCode::UNSUPPORTED_PROTOCOL_VERSION,
             Self::MethodNotFound(_) => ErrorCode::METHOD_NOT_FOUND,
             Self::ResourceNotFound(_) => ErrorCode::resource_not_found(era),
-            Self::Internal(_) | Self::Cancelled => ErrorCode::INTERNAL_ERROR,
+            Self::Internal(_) | Self::Unavailable(_) | Self::Cancelled => ErrorCode::INTERNAL_ERROR,
         }
     }
 
@@ -111,6 +114,7 @@ impl Error {
     pub fn message(&self) -> String {
         match self {
             Self::Internal(_) => "Internal error".to_owned(),
+            Self::Unavailable(_) => "Temporarily unavailable: the tool service cannot be reached; try again".to_owned(),
             Self::MissingCapability(caps) => {
                 let names: Vec<&str> =
                     caps.as_object().map(|m| m.keys().map(String::as_str).collect()).unwrap_or_default();
@@ -122,8 +126,10 @@ impl Error {
 
     /// The JSON-RPC error reply for a request with raw id `id`.
     pub fn to_json(&self, id: Option<&str>, era: Era) -> Vec<u8> {
-        if let Self::Internal(detail) = self {
-            tracing::error!(error = %detail, "internal error");
+        match self {
+            Self::Internal(detail) => tracing::error!(error = %detail, "internal error"),
+            Self::Unavailable(detail) => tracing::warn!(error = %detail, "registry unavailable"),
+            _ => {}
         }
         mcp_proto::jsonrpc::error(id, self.code(era), &self.message(), self.data().as_ref())
     }
@@ -134,6 +140,9 @@ pub fn from_registry(status: tonic::Status, not_found: impl FnOnce() -> Error) -
     match status.code() {
         tonic::Code::NotFound => not_found(),
         tonic::Code::InvalidArgument => Error::InvalidParams(status.message().to_owned()),
+        tonic::Code::Unavailable | tonic::Code::DeadlineExceeded | tonic::Code::ResourceExhausted => {
+            Error::Unavailable(format!("registry: {status}"))
+        }
         _ => Error::Internal(format!("registry: {status}")),
     }
 }

@@ -119,7 +119,10 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), Star
             .await
             .map_err(|source| StartError::Bind { addr, source })?;
     }
-    serve(listener, engine, mcp_proto::trust::Require::new(config.service_token.as_deref()), shutdown).await
+    let grace = std::time::Duration::from_secs(config.shutdown_grace_secs);
+    let server =
+        serve(listener, engine, mcp_proto::trust::Require::new(config.service_token.as_deref()), shutdown.clone());
+    mcp_proto::runtime::drain(server, &shutdown, grace).await.unwrap_or(Ok(()))
 }
 
 /// Serve gRPC on a bound listener until `shutdown`.
@@ -135,12 +138,20 @@ pub async fn serve(
     health.set_serving::<McpServiceServer<server::McpGrpc>>().await;
     tracing::info!(service = "mcp-service", %addr, "listening");
     let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
+    let sessions = engine.clone();
     tonic::transport::Server::builder()
         .add_service(health_service)
         .add_service(McpServiceServer::with_interceptor(server::McpGrpc::new(engine), callers))
         .serve_with_incoming_shutdown(incoming, async move {
             shutdown.cancelled().await;
             health.set_not_serving::<McpServiceServer<server::McpGrpc>>().await;
+            // Legacy sessions' standalone streams never end by themselves: end them, so the
+            // drain waits only for requests (the client reopens them on another replica).
+            for session in sessions.sessions.all() {
+                if let Ok(mut outbound) = session.outbound.lock() {
+                    outbound.clear();
+                }
+            }
         })
         .await?;
     tracing::info!(service = "mcp-service", "stopped");

@@ -44,6 +44,8 @@ pub struct Config {
     pub client_metadata_allow_private: bool,
     /// Clients from configuration, so clients keep working with registration off.
     pub clients: Vec<StaticClient>,
+    /// How long in-flight requests may run after a shutdown signal.
+    pub shutdown_grace_secs: u64,
 }
 
 /// A client declared in configuration.
@@ -92,6 +94,7 @@ impl Default for Config {
             client_metadata_documents: true,
             client_metadata_allow_private: false,
             clients: Vec::new(),
+            shutdown_grace_secs: 10,
         }
     }
 }

@@ -116,7 +116,10 @@ async fn state(config: Config) -> Result<AppState, Error> {
 pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), Error> {
     let listener =
         TcpListener::bind(config.listen).await.map_err(|source| Error::Bind { addr: config.listen, source })?;
-    serve(listener, config, shutdown).await
+    let grace = std::time::Duration::from_secs(config.shutdown_grace_secs);
+    let state = prepare(config).await?;
+    let server = serve_prepared(listener, state, shutdown.clone());
+    mcp_proto::runtime::drain(server, &shutdown, grace).await.unwrap_or(Ok(()))
 }
 
 /// Serve on a bound listener until `shutdown`.

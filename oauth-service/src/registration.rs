@@ -168,7 +168,10 @@ pub async fn register(
     let now = secrets::now();
     if let Err(e) = app.store.insert_client(&client, now).await {
         tracing::error!(error = %e, "storing a client failed");
-        return error(StatusCode::INTERNAL_SERVER_ERROR, "server_error", "could not store the client");
+        // Storage unreachable (a database restart): nothing was registered; try again.
+        let mut resp = error(StatusCode::SERVICE_UNAVAILABLE, "temporarily_unavailable", "could not store the client");
+        resp.headers_mut().insert(header::RETRY_AFTER, axum::http::HeaderValue::from_static("1"));
+        return resp;
     }
     tracing::info!(client_id = %client.client_id, %application_type, "client registered");
     let mut body = json!({

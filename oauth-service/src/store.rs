@@ -125,6 +125,11 @@ impl Store {
             (false, true) => 4,
             (false, false) => 10,
         });
+        if !sqlite {
+            // While the database is unreachable (restarting, failing over), a request waits this
+            // long for a connection and then fails with 503 instead of hanging for sqlx's 30 s.
+            options = options.acquire_timeout(std::time::Duration::from_secs(3));
+        }
         if memory {
             // One connection that never closes: it is the whole database.
             options = options.min_connections(1).idle_timeout(None).max_lifetime(None);
@@ -310,22 +315,35 @@ impl Store {
         })
     }
 
+    /// Store a grant's new refresh token. This completes the rotation of the token it replaces:
+    /// only now, in the same transaction, does the used token count as rotated (state 1).
     pub async fn insert_refresh(&self, token_hash: &str, grant_id: &str, expires_at: i64) -> Result<()> {
+        let mut tx = self.pool.begin().await?;
         sqlx::query("INSERT INTO refresh_tokens (token_hash, grant_id, expires_at) VALUES ($1, $2, $3)")
             .bind(token_hash)
             .bind(grant_id)
             .bind(expires_at)
-            .execute(&self.pool)
+            .execute(&mut *tx)
             .await?;
+        sqlx::query("UPDATE refresh_tokens SET state = 1 WHERE grant_id = $1 AND state = 2")
+            .bind(grant_id)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
         Ok(())
     }
 
     /// Use a refresh token once (rotation). A token rotated less than `grace` seconds ago is
     /// honoured again — a client that sent it twice at once — without revoking anything; later
     /// it counts as replayed.
+    ///
+    /// States: 0 live; 2 used, its successor not stored yet (still usable: when storing the
+    /// successor fails, e.g. the database went away, the client's retry with the same token
+    /// must not look like a replay); 1 rotated, set by [`Store::insert_refresh`] with the
+    /// successor.
     pub async fn redeem_refresh(&self, token_hash: &str, now: i64, grace: i64) -> Result<Redeemed<Grant>> {
         let row = sqlx::query(
-            "UPDATE refresh_tokens SET state = 1, rotated_at = $2 WHERE token_hash = $1 AND state = 0 \
+            "UPDATE refresh_tokens SET state = 2, rotated_at = $2 WHERE token_hash = $1 AND state IN (0, 2) \
              AND expires_at > $2 \
              AND EXISTS (SELECT 1 FROM grants g WHERE g.grant_id = refresh_tokens.grant_id AND g.revoked = 0) \
              RETURNING grant_id",
@@ -344,7 +362,7 @@ impl Store {
             .await?;
         let Some(r) = seen else { return Ok(Redeemed::Unknown) };
         let (grant_id, state, rotated_at): (String, i64, Option<i64>) = (r.get(0), r.get(1), r.get(2));
-        if state == 0 {
+        if state != 1 {
             return Ok(Redeemed::Unknown); // expired, or its grant is revoked
         }
         if rotated_at.is_some_and(|at| now - at < grace) {
@@ -357,7 +375,7 @@ impl Store {
     pub async fn refresh_grant(&self, token_hash: &str, now: i64) -> Result<Option<Grant>> {
         let row = sqlx::query(sqlx::AssertSqlSafe(format!(
             "SELECT {GRANT_COLUMNS} FROM refresh_tokens t JOIN grants g ON g.grant_id = t.grant_id \
-             WHERE t.token_hash = $1 AND t.state = 0 AND t.expires_at > $2 AND g.revoked = 0"
+             WHERE t.token_hash = $1 AND t.state <> 1 AND t.expires_at > $2 AND g.revoked = 0"
         )))
         .bind(token_hash)
         .bind(now)
@@ -482,10 +500,15 @@ mod tests {
 
         store.insert_refresh("r1", "g1", 1000).await.expect("insert");
         assert!(matches!(store.redeem_refresh("r1", 10, 5).await.expect("use"), Redeemed::Valid(_)));
+        // Its successor was never stored (the database went away): the same token, retried
+        // past the grace, is still the grant's current one.
+        assert!(matches!(store.redeem_refresh("r1", 30, 5).await.expect("use"), Redeemed::Valid(_)));
+        store.insert_refresh("r1b", "g1", 1000).await.expect("successor");
         // Again within the grace: honoured.
-        assert!(matches!(store.redeem_refresh("r1", 12, 5).await.expect("use"), Redeemed::Valid(_)));
-        // After it: a replay.
-        assert!(matches!(store.redeem_refresh("r1", 20, 5).await.expect("use"), Redeemed::Replayed(_)));
+        assert!(matches!(store.redeem_refresh("r1", 32, 5).await.expect("use"), Redeemed::Valid(_)));
+        store.insert_refresh("r1c", "g1", 1000).await.expect("successor");
+        // After it, with a successor stored: a replay.
+        assert!(matches!(store.redeem_refresh("r1", 40, 5).await.expect("use"), Redeemed::Replayed(_)));
         store.revoke_grant("g1").await.expect("revoke");
         store.insert_refresh("r2", "g1", 1000).await.expect("insert");
         assert!(matches!(store.redeem_refresh("r2", 30, 5).await.expect("use"), Redeemed::Unknown));

@@ -52,5 +52,22 @@ pub fn shutdown_on_signal() -> CancellationToken {
     token
 }
 
+/// Run `server` — a future that stops taking new work once `shutdown` is cancelled and then
+/// finishes what it has — to completion, but for at most `grace` after `shutdown`: its output,
+/// or `None` when the drain deadline passed first (what was still open is then dropped).
+pub async fn drain<F: std::future::Future>(
+    server: F,
+    shutdown: &CancellationToken,
+    grace: std::time::Duration,
+) -> Option<F::Output> {
+    tokio::select! {
+        outcome = server => Some(outcome),
+        _ = async { shutdown.cancelled().await; tokio::time::sleep(grace).await } => {
+            tracing::warn!(grace_secs = grace.as_secs_f64(), "drain deadline passed; closing open requests");
+            None
+        }
+    }
+}
+
 /// Exit code for configuration errors (EX_USAGE), as linkerd and sysexits use.
 pub const EXIT_CONFIG: i32 = 64;

@@ -16,11 +16,19 @@ pub struct Config {
     pub service_token: Option<String>,
     /// Admin address serving `/metrics` (Prometheus); none when unset.
     pub metrics_listen: Option<SocketAddr>,
+    /// How long in-flight calls may run after a shutdown signal.
+    pub shutdown_grace_secs: u64,
 }
 
 impl Default for Config {
     fn default() -> Self {
-        Self { listen: ([127, 0, 0, 1], 50052).into(), definitions: None, service_token: None, metrics_listen: None }
+        Self {
+            listen: ([127, 0, 0, 1], 50052).into(),
+            definitions: None,
+            service_token: None,
+            metrics_listen: None,
+            shutdown_grace_secs: 10,
+        }
     }
 }
 

@@ -70,7 +70,10 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), Erro
             .await
             .map_err(|source| Error::Bind { addr, source })?;
     }
-    serve(listener, catalog, mcp_proto::trust::Require::new(config.service_token.as_deref()), shutdown).await
+    let grace = std::time::Duration::from_secs(config.shutdown_grace_secs);
+    let server =
+        serve(listener, catalog, mcp_proto::trust::Require::new(config.service_token.as_deref()), shutdown.clone());
+    mcp_proto::runtime::drain(server, &shutdown, grace).await.unwrap_or(Ok(()))
 }
 
 /// Serve the catalog on an already bound listener until `shutdown` is cancelled.
@@ -85,7 +88,7 @@ pub async fn serve(
     health_reporter
         .set_serving::<mcp_proto::registry::registry_server::RegistryServer<server::RegistryService>>()
         .await;
-    let service = server::RegistryService::new(catalog);
+    let service = server::RegistryService::new(catalog).with_draining(shutdown.clone());
     tracing::info!(service = "registry-service", %addr, "listening");
     let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
     let drain = shutdown.clone();

@@ -61,11 +61,20 @@ impl CatalogHandle {
 /// Serves the live catalog.
 pub struct RegistryService {
     catalog: CatalogHandle,
+    /// Cancelled when the service drains: open `Watch` streams end, so the graceful shutdown
+    /// does not wait for watchers that never hang up.
+    draining: tokio_util::sync::CancellationToken,
 }
 
 impl RegistryService {
     pub fn new(catalog: CatalogHandle) -> Self {
-        Self { catalog }
+        Self { catalog, draining: tokio_util::sync::CancellationToken::new() }
+    }
+
+    /// End every `Watch` stream when `draining` is cancelled.
+    pub fn with_draining(mut self, draining: tokio_util::sync::CancellationToken) -> Self {
+        self.draining = draining;
+        self
     }
 }
 
@@ -103,6 +112,7 @@ impl Registry for RegistryService {
         let mut versions = self.catalog.current.subscribe();
         let mut updates = self.catalog.updated.subscribe();
         let (tx, rx) = mpsc::channel(16);
+        let draining = self.draining.clone();
         tokio::spawn(async move {
             let mut version = versions.borrow_and_update().version;
             if tx.send(Ok(pb::CatalogChanged { version, updated_uris: vec![] })).await.is_err() {
@@ -111,6 +121,7 @@ impl Registry for RegistryService {
             loop {
                 let change = tokio::select! {
                     _ = tx.closed() => return,
+                    _ = draining.cancelled() => return,
                     changed = versions.changed() => match changed {
                         Ok(()) => {
                             version = versions.borrow_and_update().version;

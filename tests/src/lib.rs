@@ -497,6 +497,9 @@ pub struct Postgres {
     bin: PathBuf,
     data: PathBuf,
     as_root: bool,
+    /// `pg_ctl -o` options (address, port, socket directory) and the server log.
+    options: String,
+    log: PathBuf,
     _dir: tempfile::TempDir,
 }
 
@@ -554,7 +557,35 @@ impl Postgres {
             String::from_utf8_lossy(&out.stderr),
             std::fs::read_to_string(&log).unwrap_or_default()
         );
-        Postgres { url: format!("postgres://postgres@127.0.0.1:{port}/postgres"), bin, data, as_root, _dir: dir }
+        Postgres {
+            url: format!("postgres://postgres@127.0.0.1:{port}/postgres"),
+            bin,
+            data,
+            as_root,
+            options,
+            log,
+            _dir: dir,
+        }
+    }
+
+    /// Stop the server (`pg_ctl stop -m fast`: open sessions are ended, the data is kept).
+    pub fn stop(&self) {
+        let data = self.data.to_str().expect("utf-8 path");
+        let out = run_pg(&self.bin, self.as_root, "pg_ctl", &["stop", "-w", "-m", "fast", "-D", data]);
+        assert!(out.status.success(), "pg_ctl stop: {}", String::from_utf8_lossy(&out.stderr));
+    }
+
+    /// Start a stopped server again, on the same port.
+    pub fn start_again(&self) {
+        let data = self.data.to_str().expect("utf-8 path");
+        let log = self.log.to_str().expect("utf-8 path");
+        let out = run_pg(
+            &self.bin,
+            self.as_root,
+            "pg_ctl",
+            &["start", "-w", "-t", "60", "-D", data, "-l", log, "-o", &self.options],
+        );
+        assert!(out.status.success(), "pg_ctl start: {}", String::from_utf8_lossy(&out.stderr));
     }
 }
 

@@ -71,6 +71,16 @@ pub fn spawn(path: PathBuf, handle: CatalogHandle, shutdown: CancellationToken) 
             let now = fingerprint(&path);
             if now != last {
                 last = now;
+                // A file written in place is empty between its truncation and the write (seen
+                // when the writer is slow or descheduled): that is never the catalog meant.
+                if std::fs::metadata(&path).is_ok_and(|m| m.len() == 0) {
+                    metrics::counter!("registry_reloads_total", "outcome" => "failed").increment(1);
+                    tracing::warn!(
+                        path = %path.display(),
+                        "definitions file is empty (being written?); the previous catalog stays"
+                    );
+                    continue;
+                }
                 match super::load(&path) {
                     Ok(catalog) => {
                         files = resource_files(&catalog);

@@ -5,6 +5,7 @@ mod auth;
 mod definitions;
 mod errors;
 mod faults;
+mod faults_load;
 mod http;
 mod http_backend;
 mod oauth;

@@ -17,9 +17,9 @@ fn free_port() -> u16 {
 
 /// nginx in the foreground, one process (no master and workers, so killing it leaves nothing
 /// behind), balancing over `upstreams`; killed when dropped.
-struct Nginx {
+pub(crate) struct Nginx {
     child: std::process::Child,
-    port: u16,
+    pub(crate) port: u16,
     _dir: tempfile::TempDir,
 }
 
@@ -31,6 +31,11 @@ impl Drop for Nginx {
 }
 
 async fn start_nginx(upstreams: &[String]) -> Nginx {
+    start_nginx_with(upstreams, "").await
+}
+
+/// Like [`start_nginx`], with extra directives in the proxying `location` (e.g. retry policy).
+pub(crate) async fn start_nginx_with(upstreams: &[String], location_extra: &str) -> Nginx {
     let bin = nginx().expect("nginx (Debian package nginx-light; the test command installs it)");
     let dir = tempfile::tempdir().expect("tempdir");
     let port = free_port();
@@ -39,7 +44,7 @@ async fn start_nginx(upstreams: &[String]) -> Nginx {
     let conf = format!(
         "{user}master_process off;\npid {d}/nginx.pid;\nerror_log {d}/error.log warn;\nevents {{ worker_connections 256; }}\n\
 http {{\n  access_log off;\n  client_body_temp_path {d}/body;\n  proxy_temp_path {d}/proxy;\n  fastcgi_temp_path {d}/fastcgi;\n  uwsgi_temp_path {d}/uwsgi;\n  scgi_temp_path {d}/scgi;\n\
-  upstream gateways {{\n{servers}  }}\n  server {{\n    listen 127.0.0.1:{port};\n    location / {{\n      proxy_pass http://gateways;\n      proxy_http_version 1.1;\n      proxy_set_header Connection \"\";\n      proxy_set_header Host $host;\n      proxy_buffering off;\n    }}\n  }}\n}}\n",
+  upstream gateways {{\n{servers}  }}\n  server {{\n    listen 127.0.0.1:{port};\n    location / {{\n      proxy_pass http://gateways;\n      proxy_http_version 1.1;\n      proxy_set_header Connection \"\";\n      proxy_set_header Host $host;\n      proxy_buffering off;\n      {location_extra}\n    }}\n  }}\n}}\n",
         user = if root { "user root;\n" } else { "" },
         d = dir.path().display(),
     );
