@@ -143,8 +143,12 @@ async fn mcp_get(
         Ok(a) if a.stream => {}
         _ => return refusal(Refusal::NotAcceptable, None),
     }
+    let stream = match gw.limits.admit_stream(principal.as_ref(), peer.ip(), true) {
+        Ok(key) => key,
+        Err(refused) => return refused.into_response(),
+    };
     let request = pb::ListenRequest { session_id, principal, request_id: header_str(&headers, "x-request-id") };
-    forward::listen(gw.mcp.clone(), request).await
+    gw.limits.hold_stream(stream, forward::listen(gw.mcp.clone(), request).await)
 }
 
 /// `DELETE /mcp`: the client ends its legacy session.
@@ -224,6 +228,10 @@ async fn mcp_post(
         Ok(a) => a,
         Err(r) => return refusal(r, None),
     };
+    let stream = match gw.limits.admit_stream(principal.as_ref(), peer.ip(), accepts.stream) {
+        Ok(key) => key,
+        Err(refused) => return refused.into_response(),
+    };
     let body = match read_body(body, gw.body_timeout).await {
         Ok(b) => b,
         Err(resp) => return resp,
@@ -279,6 +287,7 @@ async fn mcp_post(
         param_headers: param_headers(&headers),
     };
     let mut resp = forward::forward(gw.mcp.clone(), request, accepts, id).await;
+    resp = gw.limits.hold_stream(stream, resp);
     if let (Some(auth), Some(forward::RequiredScopes(scopes))) =
         (&gw.auth, resp.extensions().get::<forward::RequiredScopes>().cloned())
         && let Some(v) = auth.insufficient_scope(&scopes)

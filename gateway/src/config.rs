@@ -54,6 +54,11 @@ pub struct Config {
     pub rate_limit_per_ip: u32,
     /// Requests per second on `/mcp` per authenticated caller (0: no limit).
     pub rate_limit_per_client: u32,
+    /// Streams one client (the caller, else its address) may keep open on `/mcp`: legacy GET
+    /// streams and POST replies sent as SSE (429 past it; 0: no cap).
+    pub max_streams_per_client: usize,
+    /// Largest accepted request header section, names and values together, in bytes (431 above).
+    pub max_header_bytes: usize,
     /// Shared token presented to mcp-service (see `mcp_proto::trust`).
     pub service_token: Option<String>,
     /// Serve without authentication on a non-loopback address (refused unless set).
@@ -84,6 +89,8 @@ impl Default for Config {
             body_timeout_secs: 30,
             rate_limit_per_ip: 0,
             rate_limit_per_client: 0,
+            max_streams_per_client: 32,
+            max_header_bytes: 32 * 1024,
             service_token: None,
             allow_unauthenticated: false,
         }
@@ -208,6 +215,9 @@ impl Cli {
         }
         if config.max_body_bytes == 0 {
             return Err("max_body_bytes: must be greater than 0".into());
+        }
+        if config.max_header_bytes < 1024 {
+            return Err("max_header_bytes: must be at least 1024".into());
         }
         Ok(config)
     }

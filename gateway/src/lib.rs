@@ -111,7 +111,8 @@ pub async fn serve(listener: TcpListener, config: Config, shutdown: Cancellation
         health: tonic_health::pb::health_client::HealthClient::new(channel),
         oauth: oauth_proxy::OAuthProxy::new(&oauth_url).map_err(Error::Config)?,
         policy: config.origin_policy(addr),
-        limits: limits::Limits::new(config.rate_limit_per_ip, config.rate_limit_per_client),
+        limits: limits::Limits::new(config.rate_limit_per_ip, config.rate_limit_per_client)
+            .with_stream_cap(config.max_streams_per_client),
         body_timeout: Duration::from_secs(config.body_timeout_secs.max(1)),
         draining: AtomicBool::new(false),
     });
@@ -126,7 +127,8 @@ pub async fn serve(listener: TcpListener, config: Config, shutdown: Cancellation
             }
         }
     });
-    let app = app::router(state.clone(), config.max_body_bytes);
+    let app = app::router(state.clone(), config.max_body_bytes)
+        .layer(axum::middleware::from_fn_with_state(config.max_header_bytes, limits::guard_headers));
     tracing::info!(service = "gateway", %addr, endpoint = %format!("http://{addr}/mcp"), "listening");
 
     let drain = state.clone();

@@ -1,18 +1,36 @@
-//! Rate limits on `/mcp`: per client address and per authenticated caller, each a token bucket
-//! (requests per second, with a burst of twice that). Over the limit: 429 with `Retry-After`
-//! and a JSON-RPC error body. Off (0) unless configured; idle keys are forgotten.
+//! Limits at the edge, each answered with a JSON-RPC error body:
+//!
+//! - Rate limits on `/mcp`: per client address and per authenticated caller, each a token
+//!   bucket (requests per second, with a burst of twice that). Over the limit: 429 with
+//!   `Retry-After`. Off (0) unless configured; idle keys are forgotten.
+//! - Open streams per client (the caller, else its address): legacy GET streams and POST
+//!   replies that turned into SSE streams. A client at the cap gets 429 with `Retry-After` for
+//!   another GET stream, and for a POST that accepts a stream; plain JSON replies are never
+//!   counted.
+//! - Request headers: more than `max_header_bytes` in all is 431; on `/mcp`, a repeated
+//!   `Mcp-Session-Id` or `Authorization`, or one that is not visible ASCII, is 400.
 
+use std::collections::HashMap;
 use std::net::IpAddr;
 use std::num::NonZeroU32;
+use std::sync::{Arc, Mutex};
 
+use axum::extract::{Request, State};
+use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use governor::clock::{Clock as _, DefaultClock};
 use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
 use http::{HeaderValue, StatusCode, header};
+use http_body_util::BodyExt as _;
+use mcp_proto::mcp::Principal;
 
 pub struct Limits {
     per_ip: Option<DefaultKeyedRateLimiter<IpAddr>>,
     per_client: Option<DefaultKeyedRateLimiter<String>>,
+    /// Most open streams per client (0: no cap).
+    max_streams: usize,
+    /// Open streams by client key; a key leaves when its last stream closes.
+    streams: Arc<Mutex<HashMap<String, usize>>>,
 }
 
 fn limiter<K: std::hash::Hash + Eq + Clone>(per_second: u32) -> Option<DefaultKeyedRateLimiter<K>> {
@@ -23,7 +41,61 @@ fn limiter<K: std::hash::Hash + Eq + Clone>(per_second: u32) -> Option<DefaultKe
 
 impl Limits {
     pub fn new(per_ip_per_second: u32, per_client_per_second: u32) -> Self {
-        Self { per_ip: limiter(per_ip_per_second), per_client: limiter(per_client_per_second) }
+        Self {
+            per_ip: limiter(per_ip_per_second),
+            per_client: limiter(per_client_per_second),
+            max_streams: 0,
+            streams: Arc::default(),
+        }
+    }
+
+    /// Cap the streams one client may keep open (0: no cap).
+    pub fn with_stream_cap(mut self, max_streams_per_client: usize) -> Self {
+        self.max_streams = max_streams_per_client;
+        self
+    }
+
+    /// Admit a request that opens (`GET`) or may open (a `POST` accepting SSE) a stream: `Err`
+    /// when the client — the caller when signed in, else `ip` — already has the most allowed.
+    pub fn admit_stream(
+        &self,
+        caller: Option<&Principal>,
+        ip: IpAddr,
+        may_stream: bool,
+    ) -> Result<StreamKey, TooManyStreams> {
+        let key = match caller {
+            Some(p) => format!("caller:{}", p.subject),
+            None => format!("address:{ip}"),
+        };
+        let open = self.streams.lock().map(|m| m.get(&key).copied().unwrap_or(0)).unwrap_or(0);
+        if may_stream && self.max_streams > 0 && open >= self.max_streams {
+            metrics::counter!("gateway_streams_refused_total").increment(1);
+            return Err(TooManyStreams);
+        }
+        Ok(StreamKey(key))
+    }
+
+    /// Count `resp` against its client while it streams (SSE), until its body is dropped.
+    pub fn hold_stream(&self, key: StreamKey, resp: Response) -> Response {
+        let streaming = resp
+            .headers()
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.starts_with("text/event-stream"));
+        if !streaming || self.max_streams == 0 {
+            return resp;
+        }
+        if let Ok(mut m) = self.streams.lock() {
+            *m.entry(key.0.clone()).or_insert(0) += 1;
+        }
+        let open = OpenStream { streams: self.streams.clone(), key: key.0 };
+        // The closure owns the guard: it goes when the body does (ended or the client left).
+        resp.map(|body| {
+            axum::body::Body::new(body.map_frame(move |frame| {
+                let _ = &open;
+                frame
+            }))
+        })
     }
 
     /// `Err`: over the limit, with how long to wait.
@@ -54,6 +126,79 @@ impl Limits {
     }
 }
 
+/// At the stream cap: the 429 to send.
+#[derive(Debug)]
+pub struct TooManyStreams;
+
+impl IntoResponse for TooManyStreams {
+    fn into_response(self) -> Response {
+        refusal(STREAM_RETRY, "Too many open streams: close one (or wait for a reply to finish) and retry")
+    }
+}
+
+/// Whose streams a request counts against (from [`Limits::admit_stream`]).
+#[derive(Debug, Clone)]
+pub struct StreamKey(String);
+
+/// One open stream; dropping it closes its count.
+struct OpenStream {
+    streams: Arc<Mutex<HashMap<String, usize>>>,
+    key: String,
+}
+
+impl Drop for OpenStream {
+    fn drop(&mut self) {
+        if let Ok(mut m) = self.streams.lock()
+            && let Some(n) = m.get_mut(&self.key)
+        {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                m.remove(&self.key);
+            }
+        }
+    }
+}
+
+/// How long a client at the stream cap is asked to wait.
+const STREAM_RETRY: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Headers every request is checked against, before anything else reads them.
+pub async fn guard_headers(State(max_header_bytes): State<usize>, req: Request, next: Next) -> Response {
+    let size: usize = req.headers().iter().map(|(k, v)| k.as_str().len() + v.len() + 4).sum();
+    if size > max_header_bytes {
+        metrics::counter!("gateway_header_refusals_total", "reason" => "too_large").increment(1);
+        return edge_error(
+            StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+            &format!("Request header fields too large: more than {max_header_bytes} bytes"),
+        );
+    }
+    if req.uri().path() == "/mcp" {
+        for name in [mcp_proto::vocab::header::SESSION_ID, header::AUTHORIZATION.as_str()] {
+            let mut values = req.headers().get_all(name).iter();
+            let first = values.next();
+            let problem = if values.next().is_some() {
+                Some("appears more than once")
+            } else if first.is_some_and(|v| !v.as_bytes().iter().all(|b| (0x20..=0x7e).contains(b))) {
+                Some("must be visible ASCII")
+            } else {
+                None
+            };
+            if let Some(problem) = problem {
+                metrics::counter!("gateway_header_refusals_total", "reason" => "malformed").increment(1);
+                return edge_error(StatusCode::BAD_REQUEST, &format!("Bad Request: header {name} {problem}"));
+            }
+        }
+    }
+    next.run(req).await
+}
+
+fn edge_error(status: StatusCode, message: &str) -> Response {
+    let body = mcp_proto::jsonrpc::error(None, mcp_proto::vocab::ErrorCode::INVALID_REQUEST, message, None);
+    let mut resp = (status, body).into_response();
+    resp.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    resp
+}
+
 /// Over a rate limit: the 429 to send.
 #[derive(Debug)]
 pub struct Limited(pub std::time::Duration);
@@ -65,19 +210,17 @@ impl IntoResponse for Limited {
 }
 
 fn too_many(wait: std::time::Duration) -> Response {
-    let body = mcp_proto::jsonrpc::error(
-        None,
-        mcp_proto::vocab::ErrorCode::INVALID_REQUEST,
-        "Too many requests: slow down and retry later",
-        None,
-    );
-    let mut resp = (StatusCode::TOO_MANY_REQUESTS, body).into_response();
-    resp.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    metrics::counter!("gateway_rate_limited_total").increment(1);
+    refusal(wait, "Too many requests: slow down and retry later")
+}
+
+/// 429 with `Retry-After` and a JSON-RPC error.
+fn refusal(wait: std::time::Duration, message: &str) -> Response {
+    let mut resp = edge_error(StatusCode::TOO_MANY_REQUESTS, message);
     let secs = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
     if let Ok(v) = HeaderValue::from_str(&secs.max(1).to_string()) {
         resp.headers_mut().insert(header::RETRY_AFTER, v);
     }
-    metrics::counter!("gateway_rate_limited_total").increment(1);
     resp
 }
 
@@ -96,5 +239,33 @@ mod tests {
         assert!(refused.headers().contains_key(header::RETRY_AFTER));
         assert!(limits.check_ip([10, 0, 0, 2].into()).is_ok(), "per address");
         assert!(limits.check_client("anyone").is_ok(), "off when 0");
+    }
+
+    fn sse() -> Response {
+        ([(header::CONTENT_TYPE, "text/event-stream")], "data: {}\n\n").into_response()
+    }
+
+    #[test]
+    fn streams_are_capped_per_client_and_released() {
+        let limits = Limits::new(0, 0).with_stream_cap(2);
+        let ip: IpAddr = [10, 0, 0, 1].into();
+        let a = limits.hold_stream(limits.admit_stream(None, ip, true).expect("first"), sse());
+        // JSON replies are never counted.
+        let json = limits.hold_stream(limits.admit_stream(None, ip, true).expect("admitted"), "{}".into_response());
+        let b = limits.hold_stream(limits.admit_stream(None, ip, true).expect("second"), sse());
+        let refused = limits.admit_stream(None, ip, true).expect_err("third stream").into_response();
+        assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+        assert!(refused.headers().contains_key(header::RETRY_AFTER));
+        assert!(limits.admit_stream(None, ip, false).is_ok(), "a request that cannot stream passes");
+        let alice = Principal { subject: "alice".into(), ..Default::default() };
+        assert!(limits.admit_stream(Some(&alice), ip, true).is_ok(), "a signed-in caller is its own client");
+        assert!(limits.admit_stream(None, [10, 0, 0, 2].into(), true).is_ok(), "per address");
+        drop((json, a));
+        assert!(limits.admit_stream(None, ip, true).is_ok(), "room again once one closed");
+        drop(b);
+        assert!(limits.streams.lock().expect("lock").is_empty(), "no key left behind");
+        let uncapped = Limits::new(0, 0);
+        let _s = uncapped.hold_stream(uncapped.admit_stream(None, ip, true).expect("ok"), sse());
+        assert!(uncapped.admit_stream(None, ip, true).is_ok());
     }
 }

@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use bytes::BytesMut;
+use bytes::{Bytes, BytesMut};
 use mcp_proto::envelope::{self, Body};
 use mcp_proto::mcp::{Disposition, Transport};
 use serde_json::Value;
@@ -16,7 +16,7 @@ use tokio::io::AsyncReadExt as _;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt as _};
 use tokio::sync::mpsc;
 use tokio::task::{AbortHandle, JoinSet};
-use tokio_util::codec::{Decoder as _, LinesCodec, LinesCodecError};
+use tokio_util::codec::{AnyDelimiterCodec, AnyDelimiterCodecError, Decoder as _};
 use tokio_util::sync::CancellationToken;
 
 use crate::context::{Context, Frame};
@@ -54,7 +54,7 @@ where
         let line = match line {
             None => break,
             Some(Ok(line)) => line,
-            Some(Err(LinesCodecError::MaxLineLengthExceeded)) => {
+            Some(Err(AnyDelimiterCodecError::MaxChunkLengthExceeded)) => {
                 let json = mcp_proto::jsonrpc::error(
                     None,
                     mcp_proto::vocab::ErrorCode::INVALID_REQUEST,
@@ -64,16 +64,17 @@ where
                 let _ = tx.send(Frame::new(json, Disposition::Rejected)).await;
                 continue;
             }
-            Some(Err(LinesCodecError::Io(e))) => {
+            Some(Err(AnyDelimiterCodecError::Io(e))) => {
                 tracing::warn!(error = %e, "stdin read failed");
                 break;
             }
         };
-        if line.trim().is_empty() {
+        if line.trim_ascii().is_empty() {
             continue;
         }
-        // A first look, to route cancellation and keep `initialize` in order.
-        let (method, id) = match envelope::parse_body(line.as_bytes()) {
+        // A first look, to route cancellation and keep `initialize` in order. A line that is
+        // not UTF-8 is answered like any other unparsable one (-32700); the session goes on.
+        let (method, id) = match envelope::parse_body(&line) {
             Ok(Body::Single(env)) => (env.method.to_string(), env.id_json().map(id_key)),
             _ => (String::new(), None),
         };
@@ -82,13 +83,13 @@ where
             continue;
         }
         if method == "initialize" {
-            engine.handle(line.as_bytes(), &ctx, &tx).await;
+            engine.handle(&line, &ctx, &tx).await;
             continue;
         }
         let (engine, ctx, tx, registry) = (engine.clone(), ctx.clone(), tx.clone(), in_flight.clone());
         let key = id.clone();
         let handle = tasks.spawn(async move {
-            engine.handle(line.as_bytes(), &ctx, &tx).await;
+            engine.handle(&line, &ctx, &tx).await;
             if let Some(key) = key {
                 registry.lock().map(|mut m| m.remove(&key)).ok();
             }
@@ -115,8 +116,8 @@ fn id_key(raw: &str) -> String {
     serde_json::from_str::<Value>(raw).map(|v| v.to_string()).unwrap_or_else(|_| raw.to_owned())
 }
 
-fn cancel(line: &str, in_flight: &Mutex<HashMap<String, AbortHandle>>) {
-    let Ok(msg) = serde_json::from_str::<Value>(line) else {
+fn cancel(line: &[u8], in_flight: &Mutex<HashMap<String, AbortHandle>>) {
+    let Ok(msg) = serde_json::from_slice::<Value>(line) else {
         return;
     };
     let Some(id) = msg.pointer("/params/requestId") else {
@@ -144,26 +145,34 @@ async fn write_frames<W: AsyncWrite + Unpin>(mut rx: mpsc::Receiver<Frame>, mut 
     out.flush().await
 }
 
-/// Newline-delimited input with a length limit. Unlike a framed stream, it keeps reading after
-/// an oversize line (which it skips and reports), so one bad message does not end the session.
+/// Newline-delimited input with a length limit, as bytes (a line that is not UTF-8 is a bad
+/// message, not a broken stream; a trailing CR is dropped). Unlike a framed stream, it keeps
+/// reading after an oversize line (which it skips and reports), so one bad message does not
+/// end the session.
 struct Lines<R> {
     input: R,
-    codec: LinesCodec,
+    codec: AnyDelimiterCodec,
     buffer: BytesMut,
     eof: bool,
 }
 
 impl<R: AsyncRead + Unpin> Lines<R> {
     fn new(input: R) -> Self {
-        Self { input, codec: LinesCodec::new_with_max_length(MAX_LINE), buffer: BytesMut::new(), eof: false }
+        let codec = AnyDelimiterCodec::new_with_max_length(b"\n".to_vec(), Vec::new(), MAX_LINE);
+        Self { input, codec, buffer: BytesMut::new(), eof: false }
     }
 
-    async fn next(&mut self) -> Option<Result<String, LinesCodecError>> {
+    async fn next(&mut self) -> Option<Result<Bytes, AnyDelimiterCodecError>> {
         loop {
             let decoded =
                 if self.eof { self.codec.decode_eof(&mut self.buffer) } else { self.codec.decode(&mut self.buffer) };
             match decoded {
-                Ok(Some(line)) => return Some(Ok(line)),
+                Ok(Some(mut line)) => {
+                    if line.ends_with(b"\r") {
+                        line.truncate(line.len() - 1);
+                    }
+                    return Some(Ok(line));
+                }
                 Err(e) => return Some(Err(e)),
                 Ok(None) if self.eof => return None,
                 Ok(None) => {}
@@ -171,7 +180,7 @@ impl<R: AsyncRead + Unpin> Lines<R> {
             match self.input.read_buf(&mut self.buffer).await {
                 Ok(0) => self.eof = true,
                 Ok(_) => {}
-                Err(e) => return Some(Err(LinesCodecError::Io(e))),
+                Err(e) => return Some(Err(AnyDelimiterCodecError::Io(e))),
             }
         }
     }

@@ -32,6 +32,9 @@ pub struct Config {
     pub trust_forwarded_for: bool,
     /// Registrations accepted per client IP per minute (0: no limit).
     pub registration_per_minute: u32,
+    /// Requests to `/oauth/token` accepted per client IP per minute, with a burst of as many
+    /// (0: no limit).
+    pub token_per_minute: u32,
     pub access_token_ttl_secs: u64,
     pub refresh_token_ttl_secs: u64,
     pub code_ttl_secs: u64,
@@ -87,6 +90,7 @@ impl Default for Config {
             registration: true,
             trust_forwarded_for: false,
             registration_per_minute: 20,
+            token_per_minute: 3000,
             access_token_ttl_secs: 3600,
             refresh_token_ttl_secs: 30 * 24 * 3600,
             code_ttl_secs: 60,

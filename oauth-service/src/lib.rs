@@ -62,6 +62,8 @@ pub struct AppState {
     pub keys: keys::Keys,
     pub documents: clients::Documents,
     pub registrations: registration::Limiter,
+    /// Token requests per client address.
+    pub token_requests: registration::Limiter,
     pub pages: authorize::Pages,
     pub csrf_key: [u8; 32],
     /// A hash to verify against when the user is unknown, so timing does not tell.
@@ -100,6 +102,7 @@ async fn state(config: Config) -> Result<AppState, Error> {
     Ok(AppState {
         documents: clients::Documents::new(&config).map_err(Error::Store)?,
         registrations: registration::Limiter::new(config.registration_per_minute),
+        token_requests: registration::Limiter::new(config.token_per_minute),
         issuer: config.issuer_base(),
         resource: config.resource_url(),
         store,
@@ -172,6 +175,7 @@ async fn housekeeping(state: Arc<AppState>, shutdown: CancellationToken) {
                 tracing::warn!(error = %e, "sweeping expired records failed");
             }
             state.registrations.forget_idle();
+            state.token_requests.forget_idle();
         }
         n += 1;
     }

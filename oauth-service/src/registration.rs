@@ -34,7 +34,7 @@ pub struct Request {
     application_type: Option<String>,
 }
 
-/// Registrations per client address.
+/// Requests per client address per minute (registrations, token requests).
 pub struct Limiter(Option<DefaultKeyedRateLimiter<IpAddr>>);
 
 impl Limiter {

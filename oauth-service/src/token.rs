@@ -7,10 +7,12 @@
 //! twice within a short grace (clients that refresh concurrently). Errors follow RFC 6749 §5.2;
 //! nothing is cached.
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 
 use axum::Form;
-use axum::extract::State;
+use axum::extract::rejection::FormRejection;
+use axum::extract::{ConnectInfo, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use base64::Engine as _;
@@ -18,7 +20,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::AppState;
-use crate::registration::error;
+use crate::registration::{client_ip, error};
 use crate::secrets;
 use crate::store::{Client, Grant, Redeemed};
 
@@ -111,7 +113,25 @@ async fn authenticate(
     }
 }
 
-pub async fn token(State(app): State<Arc<AppState>>, headers: HeaderMap, Form(req): Form<Request>) -> Response {
+/// The token endpoint: rate limited per client address first (429 `slow_down` with
+/// `Retry-After`), then a form that does not parse is `invalid_request`.
+pub async fn token(
+    State(app): State<Arc<AppState>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+    form: Result<Form<Request>, FormRejection>,
+) -> Response {
+    if let Err(wait) = app.token_requests.check(client_ip(app.config.trust_forwarded_for, peer, &headers)) {
+        let mut resp = error(StatusCode::TOO_MANY_REQUESTS, "slow_down", "too many token requests; try again later");
+        if let Ok(v) = axum::http::HeaderValue::from_str(&wait.to_string()) {
+            resp.headers_mut().insert(header::RETRY_AFTER, v);
+        }
+        return resp;
+    }
+    let req = match form {
+        Ok(Form(req)) => req,
+        Err(e) => return error(StatusCode::BAD_REQUEST, "invalid_request", &e.body_text()),
+    };
     let client = match authenticate(&app, &headers, req.client_id.as_deref(), req.client_secret.as_deref()).await {
         Ok(c) => c,
         Err(resp) => return resp,

@@ -127,10 +127,61 @@ pub fn is_valid_id(raw: &RawValue) -> bool {
     !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit())
 }
 
+/// A pass over a whole JSON value with serde_json's own recursion limit (128 levels), so that a
+/// body nested deeper than any later step (a `Value`, a schema check) may recurse is refused
+/// here, as a parse error, whichever transport it came by. Borrowing parses of raw values skip
+/// nested values without that limit; this pass does not. Numbers beyond `f64` (`1e400`) fail
+/// here too: no step after this one could represent them.
+struct Probe;
+
+impl<'de> Deserialize<'de> for Probe {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(Probe)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for Probe {
+    type Value = Probe;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("any JSON value")
+    }
+
+    fn visit_bool<E>(self, _: bool) -> Result<Probe, E> {
+        Ok(Probe)
+    }
+    fn visit_i64<E>(self, _: i64) -> Result<Probe, E> {
+        Ok(Probe)
+    }
+    fn visit_u64<E>(self, _: u64) -> Result<Probe, E> {
+        Ok(Probe)
+    }
+    fn visit_f64<E>(self, _: f64) -> Result<Probe, E> {
+        Ok(Probe)
+    }
+    fn visit_str<E>(self, _: &str) -> Result<Probe, E> {
+        Ok(Probe)
+    }
+    fn visit_unit<E>(self) -> Result<Probe, E> {
+        Ok(Probe)
+    }
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Probe, A::Error> {
+        while seq.next_element::<Probe>()?.is_some() {}
+        Ok(Probe)
+    }
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Probe, A::Error> {
+        while map.next_entry::<serde::de::IgnoredAny, Probe>()?.is_some() {}
+        Ok(Probe)
+    }
+}
+
 /// Parse a request body: one message, or a batch (an array) whose elements are parsed later.
+/// Not UTF-8, not JSON, nested deeper than 128 levels or carrying a number beyond `f64`: a
+/// parse error (-32700). A leading byte order mark is ignored (RFC 8259 §8.1).
 pub fn parse_body(body: &[u8]) -> Result<Body<'_>, EnvelopeError> {
     let text = std::str::from_utf8(body).map_err(|e| EnvelopeError::Parse(format!("body is not valid UTF-8: {e}")))?;
     let text = text.trim_start_matches('\u{feff}');
+    serde_json::from_str::<Probe>(text).map_err(|e| EnvelopeError::Parse(e.to_string()))?;
     let trimmed = text.trim_start();
     if trimmed.starts_with('[') {
         let items: Vec<&RawValue> = serde_json::from_str(text).map_err(|e| EnvelopeError::Parse(e.to_string()))?;
@@ -191,17 +242,19 @@ pub fn parse_message(raw: &RawValue) -> Result<Envelope<'_>, EnvelopeError> {
         if params.get() != "null" && !is_object(params) && !params.get().starts_with('[') {
             return Err(invalid("`params` must be an object"));
         }
-        if is_object(params)
-            && let Ok(peek) = serde_json::from_str::<ParamsPeek<'_>>(params.get())
-        {
+        if is_object(params) {
+            // On a valid object these fail only for a duplicate key: refused, so that the value
+            // the routing headers are checked against is the one the method is served with.
+            let peek = serde_json::from_str::<ParamsPeek<'_>>(params.get())
+                .map_err(|e| invalid(&format!("malformed `params`: {e}")))?;
             env.name = peek.name.and_then(raw_str);
             env.uri = peek.uri.and_then(raw_str);
             if let Some(meta_raw) = peek.meta.filter(|m| is_object(m)) {
                 env.meta = Some(meta_raw);
-                if let Ok(m) = serde_json::from_str::<MetaPeek<'_>>(meta_raw.get()) {
-                    env.meta_version = m.version;
-                    env.meta_has_capabilities = m.capabilities.is_some();
-                }
+                let m = serde_json::from_str::<MetaPeek<'_>>(meta_raw.get())
+                    .map_err(|e| invalid(&format!("malformed `params._meta`: {e}")))?;
+                env.meta_version = m.version;
+                env.meta_has_capabilities = m.capabilities.is_some();
             }
         }
     }
@@ -354,6 +407,44 @@ mod tests {
             Body::Batch(items) => assert_eq!(items.len(), 2),
             Body::Single(_) => panic!("batch expected"),
         }
+    }
+
+    #[test]
+    fn deep_nesting_and_huge_numbers_are_parse_errors() {
+        let deep = format!(
+            "{{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\",\"params\":{{\"x\":{}1{}}}}}",
+            "[".repeat(10_000),
+            "]".repeat(10_000)
+        );
+        assert!(matches!(parse_body(deep.as_bytes()), Err(EnvelopeError::Parse(m)) if m.contains("recursion limit")));
+        let batch = format!("[{}{{}}{}]", "{\"a\":".repeat(200), "}".repeat(200));
+        assert!(matches!(parse_body(batch.as_bytes()), Err(EnvelopeError::Parse(_))));
+        let fine = format!(
+            "{{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\",\"params\":{{\"x\":{}1{}}}}}",
+            "[".repeat(100),
+            "]".repeat(100)
+        );
+        assert!(parse_body(fine.as_bytes()).is_ok());
+        assert!(matches!(parse_body(br#"{"jsonrpc":"2.0","id":1e400,"method":"ping"}"#), Err(EnvelopeError::Parse(_))));
+        assert!(parse_body(br#"{"jsonrpc":"2.0","id":123456789012345678901234,"method":"ping"}"#).is_ok());
+    }
+
+    #[test]
+    fn duplicate_keys_are_refused() {
+        for bad in [
+            r#"{"jsonrpc":"2.0","id":1,"id":2,"method":"ping"}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"ping","method":"tools/list"}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"a","name":"b"}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"_meta":{},"_meta":{}}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"x","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"a","io.modelcontextprotocol/protocolVersion":"b"}}}"#,
+        ] {
+            assert!(matches!(parse_body(bad.as_bytes()), Err(EnvelopeError::Invalid { .. })), "{bad}");
+        }
+        // Deeper down (tool arguments) the last value wins, as in serde_json.
+        assert!(
+            parse_body(br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"arguments":{"a":1,"a":2}}}"#)
+                .is_ok()
+        );
     }
 
     #[test]

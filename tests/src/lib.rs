@@ -369,6 +369,13 @@ impl StdioClient {
         self.stdin.flush().await.expect("flush stdin");
     }
 
+    /// Write one line of raw bytes (invalid UTF-8 included).
+    pub async fn send_bytes(&mut self, line: &[u8]) {
+        self.stdin.write_all(line).await.expect("write stdin");
+        self.stdin.write_all(b"\n").await.expect("write stdin");
+        self.stdin.flush().await.expect("flush stdin");
+    }
+
     pub async fn send(&mut self, msg: &Value) {
         self.send_line(&msg.to_string()).await;
     }

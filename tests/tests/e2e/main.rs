@@ -6,6 +6,7 @@ mod definitions;
 mod errors;
 mod faults;
 mod faults_load;
+mod hostile_input;
 mod http;
 mod http_backend;
 mod oauth;
