@@ -15,6 +15,7 @@ use axum::routing::{any, get, post};
 use http::{HeaderMap, HeaderName, Method, StatusCode, header};
 use mcp_proto::envelope::{self, Body, EnvelopeError};
 use mcp_proto::mcp::{self as pb, mcp_service_client::McpServiceClient};
+use mcp_proto::transport::GrpcChannel;
 use mcp_proto::vocab::{Era, ErrorCode};
 use tonic::transport::Channel;
 use tonic_health::pb::health_client::HealthClient;
@@ -32,7 +33,7 @@ use crate::oauth_proxy::OAuthProxy;
 pub struct Gateway {
     /// Present when bearer tokens are required.
     pub auth: Option<crate::auth::Auth>,
-    pub mcp: McpServiceClient<Channel>,
+    pub mcp: McpServiceClient<GrpcChannel>,
     pub health: HealthClient<Channel>,
     pub oauth: OAuthProxy,
     pub policy: OriginPolicy,
@@ -40,6 +41,8 @@ pub struct Gateway {
     /// How long a client may take to send a request body (slow clients are cut off: 408).
     pub body_timeout: Duration,
     pub draining: AtomicBool,
+    /// Modern results anyone may be given, reused for their `ttlMs`.
+    pub cache: crate::cache::ResultCache,
 }
 
 const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
@@ -240,6 +243,7 @@ async fn mcp_post(
         Ok(v) => v,
         Err(r) => return refusal(r, None),
     };
+    let mut cache_key = None;
     let (era, id, method) = match envelope::parse_body(&body) {
         Err(EnvelopeError::Parse(m)) => {
             return rpc_error(StatusCode::BAD_REQUEST, None, ErrorCode::PARSE_ERROR, &format!("Parse error: {m}"));
@@ -265,6 +269,9 @@ async fn mcp_post(
             {
                 return refusal(r, id.as_deref());
             }
+            if era == Era::Modern && env.kind == envelope::Kind::Request && accepts.json {
+                cache_key = gw.cache.key(env.method.as_ref(), header_version.as_deref(), env.params.map(|p| p.get()));
+            }
             (era, id, mcp_proto::vocab::method_label(env.method.as_ref()))
         }
     };
@@ -274,6 +281,14 @@ async fn mcp_post(
     span.record("mcp.era", labels.era);
     if let Some(p) = &principal {
         span.record("enduser.id", p.subject.as_str());
+    }
+    if let (Some(key), Some(id)) = (&cache_key, &id)
+        && let Some(reply) = gw.cache.reply(key, id)
+    {
+        metrics::counter!("gateway_result_cache_total", "outcome" => "hit").increment(1);
+        let mut resp = forward::json_response(StatusCode::OK, reply);
+        resp.extensions_mut().insert(labels);
+        return resp;
     }
     let request = pb::McpRequest {
         body: body.to_vec(),
@@ -286,8 +301,14 @@ async fn mcp_post(
         accepts_stream: accepts.stream,
         param_headers: param_headers(&headers),
     };
-    let mut resp = forward::forward(gw.mcp.clone(), request, accepts, id).await;
+    let mut resp = forward::forward(gw.mcp.clone(), request, accepts, id.clone()).await;
     resp = gw.limits.hold_stream(stream, resp);
+    if let (Some(key), Some(id)) = (cache_key, &id) {
+        metrics::counter!("gateway_result_cache_total", "outcome" => "miss").increment(1);
+        if let Some(reusable) = resp.extensions_mut().remove::<crate::cache::Reusable>() {
+            gw.cache.keep(key, id, &reusable);
+        }
+    }
     if let (Some(auth), Some(forward::RequiredScopes(scopes))) =
         (&gw.auth, resp.extensions().get::<forward::RequiredScopes>().cloned())
         && let Some(v) = auth.insufficient_scope(&scopes)

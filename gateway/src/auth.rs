@@ -77,11 +77,19 @@ pub struct Auth {
     pub introspection: Option<Introspection>,
     client: Client<HttpConnector, Body>,
     keys: Mutex<(HashMap<String, DecodingKey>, Option<Instant>)>,
+    /// Tokens whose signature and claims were checked, by SHA-256: their caller and `exp`.
+    /// A signature check costs far more than the rest of a request; a token is sent again and
+    /// again until it expires, so it is checked once.
+    verified: Mutex<HashMap<[u8; 32], (Principal, u64)>>,
 }
+
+/// At most this many verified tokens are remembered (all are forgotten when it is reached).
+const VERIFIED_TOKENS: usize = 10_000;
 
 #[derive(Deserialize)]
 struct Claims {
     sub: String,
+    exp: u64,
     #[serde(default)]
     scope: String,
     #[serde(default)]
@@ -137,6 +145,7 @@ impl Auth {
             introspection: None,
             client: Client::builder(TokioExecutor::new()).build(connector),
             keys: Mutex::new((HashMap::new(), None)),
+            verified: Mutex::default(),
         })
     }
 
@@ -168,6 +177,15 @@ impl Auth {
         if let Some(introspection) = &self.introspection {
             return self.introspect(introspection, token).await;
         }
+        let digest: [u8; 32] = <sha2::Sha256 as sha2::Digest>::digest(token.as_bytes()).into();
+        let now = jsonwebtoken::get_current_timestamp();
+        if let Some((principal, exp)) = self.verified.lock().ok().and_then(|v| v.get(&digest).cloned()) {
+            // The same rule as at the first check: expired once `exp` + leeway has passed.
+            if exp.saturating_add(self.leeway_secs) >= now {
+                return Ok(principal);
+            }
+            return Err(Denied::Invalid("the token does not verify: ExpiredSignature".into()));
+        }
         let head = jsonwebtoken::decode_header(token).map_err(|e| Denied::Invalid(format!("malformed token: {e}")))?;
         if head.alg != Algorithm::EdDSA {
             return Err(Denied::Invalid("unexpected signing algorithm".into()));
@@ -182,11 +200,18 @@ impl Auth {
         let data = jsonwebtoken::decode::<Claims>(token, &key, &validation)
             .map_err(|e| Denied::Invalid(format!("the token does not verify: {e}")))?;
         let claims = data.claims;
-        Ok(Principal {
+        let principal = Principal {
             subject: claims.sub,
             scopes: claims.scope.split(' ').filter(|s| !s.is_empty()).map(str::to_owned).collect(),
             client_id: claims.client_id,
-        })
+        };
+        if let Ok(mut verified) = self.verified.lock() {
+            if verified.len() >= VERIFIED_TOKENS {
+                verified.clear();
+            }
+            verified.insert(digest, (principal.clone(), claims.exp));
+        }
+        Ok(principal)
     }
 
     /// The principal of a configured API token; every configured hash is compared, in

@@ -59,6 +59,9 @@ pub struct Config {
     pub max_streams_per_client: usize,
     /// Largest accepted request header section, names and values together, in bytes (431 above).
     pub max_header_bytes: usize,
+    /// Bytes of modern `cacheScope: public` results kept and answered again for their `ttlMs`
+    /// without asking mcp-service (0: off).
+    pub result_cache_bytes: usize,
     /// Shared token presented to mcp-service (see `mcp_proto::trust`).
     pub service_token: Option<String>,
     /// Serve without authentication on a non-loopback address (refused unless set).
@@ -91,6 +94,7 @@ impl Default for Config {
             rate_limit_per_client: 0,
             max_streams_per_client: 32,
             max_header_bytes: 32 * 1024,
+            result_cache_bytes: 4 * 1024 * 1024,
             service_token: None,
             allow_unauthenticated: false,
         }

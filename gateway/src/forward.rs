@@ -10,9 +10,9 @@ use axum::response::{IntoResponse, Response};
 use futures_util::stream;
 use http::{HeaderValue, StatusCode, header};
 use mcp_proto::mcp::{self as pb, Disposition, mcp_service_client::McpServiceClient};
+use mcp_proto::transport::GrpcChannel;
 use mcp_proto::vocab::ErrorCode;
 use tonic::Streaming;
-use tonic::transport::Channel;
 
 use crate::headers::Accepts;
 
@@ -34,8 +34,8 @@ pub fn rpc_error(status: StatusCode, id: Option<&str>, code: ErrorCode, message:
     json_response(status, mcp_proto::jsonrpc::error(id, code, message, None))
 }
 
-fn json_response(status: StatusCode, json: Vec<u8>) -> Response {
-    let mut resp = Response::new(Body::from(json));
+pub fn json_response(status: StatusCode, json: impl Into<Body>) -> Response {
+    let mut resp = Response::new(json.into());
     *resp.status_mut() = status;
     resp.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
     resp
@@ -49,9 +49,17 @@ fn final_response(frame: pb::McpFrame) -> Response {
         r
     } else {
         let scopes = (disposition == Disposition::InsufficientScope).then(|| required_scopes(&frame.json));
-        let mut r = json_response(status_of(disposition), frame.json);
+        let json = bytes::Bytes::from(frame.json);
+        let mut r = json_response(status_of(disposition), json.clone());
         if let Some(scopes) = scopes {
             r.extensions_mut().insert(RequiredScopes(scopes));
+        }
+        if let Some(hint) = frame.cache.filter(|_| disposition == Disposition::Reply) {
+            r.extensions_mut().insert(crate::cache::Reusable {
+                ttl_ms: hint.ttl_ms,
+                fingerprint: hint.catalog_fingerprint,
+                json,
+            });
         }
         r
     };
@@ -79,9 +87,19 @@ fn sse_event(json: &[u8]) -> Result<Event, Infallible> {
     Ok(Event::default().event("message").data(String::from_utf8_lossy(json)))
 }
 
+/// Read a call's stream to its end (the trailers follow the final frame at once). Dropping it
+/// unread would reset the HTTP/2 stream, and a connection that sees too many resets is closed
+/// by the HTTP/2 layer with every call on it.
+async fn finish(mut frames: Streaming<pb::McpFrame>) {
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(1), async {
+        while let Ok(Some(_)) = frames.message().await {}
+    })
+    .await;
+}
+
 /// Send `request` to mcp-service and build the reply. `id` is echoed in edge-made errors.
 pub async fn forward(
-    mut client: McpServiceClient<Channel>,
+    mut client: McpServiceClient<GrpcChannel>,
     request: pb::McpRequest,
     accepts: Accepts,
     id: Option<String>,
@@ -108,6 +126,7 @@ pub async fn forward(
     if !streaming
         && (accepts.json || matches!(first.disposition(), Disposition::Accepted | Disposition::InsufficientScope))
     {
+        finish(frames).await;
         return final_response(first);
     }
     if !accepts.stream {
@@ -120,6 +139,7 @@ pub async fn forward(
                 Err(status) => return unavailable(status),
             };
         }
+        finish(frames).await;
         return final_response(last);
     }
     // SSE: the interim messages, then the reply; the stream ends after the reply.
@@ -128,14 +148,24 @@ pub async fn forward(
         let error_id = error_id.clone();
         async move {
             if let Some(frame) = pending {
-                let done = frame.disposition() != Disposition::Interim;
-                return Some((sse_event(&frame.json), (None, if done { None } else { frames })));
+                if frame.disposition() != Disposition::Interim {
+                    if let Some(frames) = frames {
+                        finish(frames).await;
+                    }
+                    return Some((sse_event(&frame.json), (None, None)));
+                }
+                return Some((sse_event(&frame.json), (None, frames)));
             }
             let mut frames = frames?;
             match frames.message().await {
                 Ok(Some(frame)) => {
-                    let done = frame.disposition() != Disposition::Interim;
-                    Some((sse_event(&frame.json), (None, if done { None } else { Some(frames) })))
+                    let rest = if frame.disposition() == Disposition::Interim {
+                        Some(frames)
+                    } else {
+                        finish(frames).await;
+                        None
+                    };
+                    Some((sse_event(&frame.json), (None, rest)))
                 }
                 Ok(None) => None,
                 Err(status) => {
@@ -158,7 +188,7 @@ pub async fn forward(
 }
 
 /// A legacy session's standalone stream as SSE, until either side leaves.
-pub async fn listen(mut client: McpServiceClient<Channel>, request: pb::ListenRequest) -> Response {
+pub async fn listen(mut client: McpServiceClient<GrpcChannel>, request: pb::ListenRequest) -> Response {
     let frames = match client.listen(traced(request)).await {
         Ok(r) => r.into_inner(),
         Err(status) if status.code() == tonic::Code::NotFound => {

@@ -13,12 +13,14 @@
 //! - [`headers`]: pure checks over headers (`Host`, `Origin`, `Accept`, MCP routing headers).
 //! - [`era`]: the HTTP era rule.
 //! - [`forward`]: the gRPC call and the mapping of frames to HTTP.
+//! - [`cache`]: modern results anyone may be given, reused without a hop.
 //! - [`oauth_proxy`]: relaying `/oauth/*` and the authorisation server metadata.
 //! - [`observe`]: a span and metrics per request; `/metrics`.
-//! - [`standalone`]: all four components in one process over loopback gRPC.
+//! - [`standalone`]: all four components in one process, gRPC calls made in process.
 
 pub mod app;
 pub mod auth;
+pub mod cache;
 pub mod config;
 pub mod era;
 pub mod forward;
@@ -65,6 +67,17 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), Erro
 
 /// Serve HTTP on a bound listener until `shutdown`, then drain for up to the grace period.
 pub async fn serve(listener: TcpListener, config: Config, shutdown: CancellationToken) -> Result<(), Error> {
+    serve_with(listener, config, None, shutdown).await
+}
+
+/// [`serve`], calling mcp-service through `engine` when given (standalone mode: in process)
+/// instead of the configured URL (still used for its health).
+pub async fn serve_with(
+    listener: TcpListener,
+    config: Config,
+    engine: Option<mcp_proto::transport::GrpcChannel>,
+    shutdown: CancellationToken,
+) -> Result<(), Error> {
     let addr = listener.local_addr().map_err(|source| Error::Bind { addr: config.listen, source })?;
     if let Some(token) = &config.service_token {
         mcp_proto::trust::set_outgoing(token).map_err(Error::Config)?;
@@ -107,7 +120,7 @@ pub async fn serve(listener: TcpListener, config: Config, shutdown: Cancellation
     };
     let state = Arc::new(app::Gateway {
         auth,
-        mcp: McpServiceClient::new(channel.clone()),
+        mcp: McpServiceClient::new(engine.unwrap_or_else(|| mcp_proto::transport::network(channel.clone()))),
         health: tonic_health::pb::health_client::HealthClient::new(channel),
         oauth: oauth_proxy::OAuthProxy::new(&oauth_url).map_err(Error::Config)?,
         policy: config.origin_policy(addr),
@@ -115,7 +128,11 @@ pub async fn serve(listener: TcpListener, config: Config, shutdown: Cancellation
             .with_stream_cap(config.max_streams_per_client),
         body_timeout: Duration::from_secs(config.body_timeout_secs.max(1)),
         draining: AtomicBool::new(false),
+        cache: cache::ResultCache::new(config.result_cache_bytes),
     });
+    let follower = state.clone();
+    let stop_following = shutdown.clone();
+    tokio::spawn(async move { follower.cache.follow(follower.mcp.clone(), stop_following).await });
     let sweeper = state.clone();
     let stop_sweeping = shutdown.clone();
     tokio::spawn(async move {

@@ -1,6 +1,7 @@
 //! The embedded default: registry-service, mcp-service, oauth-service and the gateway in one
-//! process, talking real gRPC and HTTP over loopback — the same code paths as the separate
-//! deployment, with only addresses chosen here.
+//! process — the same code paths as the separate deployment: the gateway calls mcp-service and
+//! mcp-service calls the registry through the generated gRPC clients and servers, in process
+//! (no sockets); oauth-service is reached over loopback HTTP.
 
 use std::net::SocketAddr;
 
@@ -25,20 +26,16 @@ pub async fn run(mut config: Config, shutdown: CancellationToken) -> Result<(), 
 
     let registry_config = registry_service::Config { definitions: config.definitions.clone(), ..Default::default() };
     let catalog = registry_service::live_catalog(&registry_config, &inner)?;
-    let (listener, registry_addr) = loopback().await?;
-    tasks.spawn(component(registry_service::serve(
-        listener,
-        catalog,
-        mcp_proto::trust::Require::new(None),
-        inner.clone(),
-    )));
+    let registry = registry_service::in_process(catalog, inner.clone());
 
     // The engine's own settings (page size, cache hints, state secret) come from its usual
-    // `MCP_SERVICE_*` environment; only the registry address is standalone's to choose.
-    let mut mcp_config: mcp_service::Config = mcp_proto::runtime::load_config(None, "MCP_SERVICE_", &NoFlags {})
+    // `MCP_SERVICE_*` environment; it reaches the registry in process.
+    let mcp_config: mcp_service::Config = mcp_proto::runtime::load_config(None, "MCP_SERVICE_", &NoFlags {})
         .map_err(|e| Error::Config(format!("mcp-service: {e}")))?;
-    mcp_config.registry = Some(format!("http://{registry_addr}"));
-    let engine = mcp_service::engine(&mcp_config, &inner).await?;
+    let engine = mcp_service::engine_with(&mcp_config, registry_service_client(registry), &inner);
+    let in_process = mcp_service::in_process(engine.clone());
+    // Its gRPC server on loopback still answers the gateway's health checks and ends legacy
+    // streams on shutdown; requests go to it in process.
     let (listener, mcp_addr) = loopback().await?;
     tasks.spawn(component(mcp_service::serve(listener, engine, mcp_proto::trust::Require::new(None), inner.clone())));
 
@@ -86,7 +83,7 @@ pub async fn run(mut config: Config, shutdown: CancellationToken) -> Result<(), 
 
     config.mcp_service = Some(format!("http://{mcp_addr}"));
     config.oauth_service = Some(format!("http://{oauth_addr}"));
-    let outcome = crate::serve(gateway_listener, config, shutdown).await;
+    let outcome = crate::serve_with(gateway_listener, config, Some(in_process), shutdown).await;
 
     inner.cancel();
     while let Some(done) = tasks.join_next().await {
@@ -95,6 +92,12 @@ pub async fn run(mut config: Config, shutdown: CancellationToken) -> Result<(), 
         }
     }
     outcome
+}
+
+fn registry_service_client(
+    channel: mcp_proto::transport::GrpcChannel,
+) -> mcp_proto::registry::registry_client::RegistryClient<mcp_proto::transport::GrpcChannel> {
+    mcp_proto::registry::registry_client::RegistryClient::new(channel)
 }
 
 /// Standalone passes no command-line flags to the embedded components.

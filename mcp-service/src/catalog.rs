@@ -6,10 +6,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use mcp_proto::registry::{self as pb, registry_client::RegistryClient};
+use mcp_proto::transport::GrpcChannel;
 use serde_json::Value;
 use tokio::sync::{broadcast, watch};
 use tokio_util::sync::CancellationToken;
-use tonic::transport::Channel;
 
 /// One catalog item as mcp-service serves it.
 #[derive(Debug, Clone)]
@@ -33,6 +33,9 @@ pub struct CatalogView {
     pub live: bool,
     tool_index: HashMap<String, usize>,
     prompt_index: HashMap<String, usize>,
+    /// Equal for equal content wherever it is computed (every engine of a deployment runs the
+    /// same binary): what the gateway's result cache is keyed on.
+    pub fingerprint: u64,
     /// Each tool's `inputSchema`, compiled once per catalog version (`None` when the schema
     /// cannot be compiled; the registry refuses such schemas at load).
     validators: Vec<Option<jsonschema::Validator>>,
@@ -42,6 +45,7 @@ pub struct CatalogView {
 
 impl CatalogView {
     pub fn from_proto(c: pb::Catalog) -> Self {
+        let fingerprint = fingerprint(&c);
         fn item(key: String, json: &[u8], scopes: Vec<String>) -> Item {
             let def = serde_json::from_slice(json).unwrap_or(Value::Null);
             Item { key, def, scopes }
@@ -50,6 +54,7 @@ impl CatalogView {
         let prompts: Vec<Item> = c.prompts.into_iter().map(|p| item(p.name, &p.json, p.scopes)).collect();
         Self {
             version: c.version,
+            fingerprint,
             live: c.live,
             server_info: serde_json::from_slice(&c.server_info_json).unwrap_or(Value::Null),
             instructions: c.instructions,
@@ -63,6 +68,22 @@ impl CatalogView {
             prompts,
             resources: c.resources.into_iter().map(|r| item(r.uri, &r.json, r.scopes)).collect(),
             templates: c.resource_templates.into_iter().map(|t| item(t.uri_template, &t.json, t.scopes)).collect(),
+        }
+    }
+
+    /// Whether what `method` answers depends on the caller's scopes (some item it covers
+    /// requires scopes).
+    pub fn scoped(&self, method: crate::dispatch::Method) -> bool {
+        use crate::dispatch::Method;
+        let any = |items: &[Item]| items.iter().any(|i| !i.scopes.is_empty());
+        match method {
+            Method::Discover => false,
+            Method::ToolsList => any(&self.tools),
+            Method::PromptsList => any(&self.prompts),
+            Method::ResourcesList | Method::ResourceTemplatesList | Method::ResourcesRead => {
+                any(&self.resources) || any(&self.templates)
+            }
+            _ => true,
         }
     }
 
@@ -90,6 +111,18 @@ impl CatalogView {
     }
 }
 
+/// A hash of everything in the catalog except the registry's version counter.
+fn fingerprint(c: &pb::Catalog) -> u64 {
+    use prost::Message as _;
+    use std::hash::{Hash as _, Hasher as _};
+    let mut content = c.clone();
+    content.version = 0;
+    let mut h = std::hash::DefaultHasher::new();
+    content.encode_to_vec().hash(&mut h);
+    // 0 means "no catalog yet" on the wire.
+    h.finish().max(1)
+}
+
 /// A change clients may be told about.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum CatalogEvent {
@@ -110,7 +143,7 @@ pub struct CatalogCache {
 
 impl CatalogCache {
     /// Start following `client`'s catalog until `shutdown`.
-    pub fn follow(client: RegistryClient<Channel>, shutdown: CancellationToken) -> Self {
+    pub fn follow(client: RegistryClient<GrpcChannel>, shutdown: CancellationToken) -> Self {
         let (tx, rx) = watch::channel(None);
         let (events, _) = broadcast::channel(256);
         tokio::spawn(follow(client, tx, events.clone(), shutdown));
@@ -120,6 +153,11 @@ impl CatalogCache {
     /// Changes from now on.
     pub fn events(&self) -> broadcast::Receiver<CatalogEvent> {
         self.events.subscribe()
+    }
+
+    /// The catalog as it changes (`None` before the first one).
+    pub fn watch(&self) -> watch::Receiver<Option<Arc<CatalogView>>> {
+        self.rx.clone()
     }
 
     pub fn current(&self) -> Option<Arc<CatalogView>> {
@@ -148,7 +186,7 @@ fn lists_changed(old: &CatalogView, new: &CatalogView) -> CatalogEvent {
 }
 
 async fn follow(
-    mut client: RegistryClient<Channel>,
+    mut client: RegistryClient<GrpcChannel>,
     tx: watch::Sender<Option<Arc<CatalogView>>>,
     events: broadcast::Sender<CatalogEvent>,
     shutdown: CancellationToken,
@@ -157,19 +195,29 @@ async fn follow(
     loop {
         let attempt = async {
             let mut changes = client.watch(mcp_proto::trust::outgoing(pb::WatchRequest {})).await?.into_inner();
+            // After a reconnection the registry may be another process (restarted, or another
+            // replica) whose version counter says nothing about content: fetch once regardless.
+            let mut first = true;
             while let Some(change) = changes.message().await? {
                 for uri in change.updated_uris {
                     let _ = events.send(CatalogEvent::ResourceUpdated(uri));
                 }
                 let have = tx.borrow().as_ref().map(|c| c.version);
-                if have == Some(change.version) {
+                if have == Some(change.version) && !std::mem::take(&mut first) {
                     continue;
                 }
+                first = false;
                 let snapshot = client.snapshot(mcp_proto::trust::outgoing(pb::SnapshotRequest {})).await?.into_inner();
                 let view = Arc::new(CatalogView::from_proto(snapshot));
-                tracing::info!(version = view.version, tools = view.tools.len(), "catalog loaded");
-                if let Some(old) = tx.send_replace(Some(view.clone())) {
-                    let _ = events.send(lists_changed(&old, &view));
+                let old = tx.send_replace(Some(view.clone()));
+                match old {
+                    // The same content again (a reconnection): nothing changed for clients.
+                    Some(old) if old.fingerprint == view.fingerprint => {}
+                    Some(old) => {
+                        tracing::info!(version = view.version, tools = view.tools.len(), "catalog loaded");
+                        let _ = events.send(lists_changed(&old, &view));
+                    }
+                    None => tracing::info!(version = view.version, tools = view.tools.len(), "catalog loaded"),
                 }
                 backoff = Duration::from_millis(50);
             }

@@ -19,19 +19,21 @@ pub struct Frame {
     pub disposition: Disposition,
     /// A new legacy session's id, on the reply to `initialize` over HTTP.
     pub session_id: Option<String>,
+    /// On a modern reply anyone may be given again: for how long, and from which catalog.
+    pub cache: Option<mcp_proto::mcp::CacheHint>,
 }
 
 impl Frame {
     pub fn interim(json: Vec<u8>) -> Self {
-        Self { json, disposition: Disposition::Interim, session_id: None }
+        Self { json, disposition: Disposition::Interim, session_id: None, cache: None }
     }
 
     pub fn new(json: Vec<u8>, disposition: Disposition) -> Self {
-        Self { json, disposition, session_id: None }
+        Self { json, disposition, session_id: None, cache: None }
     }
 
     pub fn accepted() -> Self {
-        Self { json: Vec::new(), disposition: Disposition::Accepted, session_id: None }
+        Self { json: Vec::new(), disposition: Disposition::Accepted, session_id: None, cache: None }
     }
 }
 

@@ -11,10 +11,10 @@ use std::sync::Arc;
 use mcp_proto::envelope::{self, Body, Envelope, EnvelopeError, Kind};
 use mcp_proto::mcp::{Disposition, Transport};
 use mcp_proto::registry::registry_client::RegistryClient;
+use mcp_proto::transport::GrpcChannel;
 use mcp_proto::vocab::{self, Era, meta};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
-use tonic::transport::Channel;
 
 use crate::catalog::{CatalogCache, CatalogView};
 pub use crate::context::{Context, Frame, Settings, Sink};
@@ -26,7 +26,7 @@ use crate::session::{Pending, Sessions};
 
 /// The protocol engine shared by the gRPC service and the stdio transport.
 pub struct Engine {
-    pub(crate) registry: RegistryClient<Channel>,
+    pub(crate) registry: RegistryClient<GrpcChannel>,
     pub(crate) catalog: CatalogCache,
     pub(crate) settings: Settings,
     pub(crate) sealer: Sealer,
@@ -117,7 +117,7 @@ impl Method {
 
 impl Engine {
     pub fn new(
-        registry: RegistryClient<Channel>,
+        registry: RegistryClient<GrpcChannel>,
         catalog: CatalogCache,
         settings: Settings,
         sealer: Sealer,
@@ -190,9 +190,12 @@ impl Engine {
         };
         observe(&env, era, &outcome, started);
         Some(match outcome {
-            Ok((result, session_id)) => {
-                Frame { json: mcp_proto::jsonrpc::result(id, &result), disposition: Disposition::Reply, session_id }
-            }
+            Ok(Answer { result, session_id, cache }) => Frame {
+                json: mcp_proto::jsonrpc::result(id, &result),
+                disposition: Disposition::Reply,
+                session_id,
+                cache,
+            },
             Err(e) => Frame::new(e.to_json(id, era), e.disposition(era)),
         })
     }
@@ -252,7 +255,7 @@ impl Engine {
         tracing::debug!(method = %env.method, "notification");
     }
 
-    async fn modern(&self, env: &Envelope<'_>, ctx: &Context, sink: &Sink) -> Result<(Value, Option<String>), Error> {
+    async fn modern(&self, env: &Envelope<'_>, ctx: &Context, sink: &Sink) -> Result<Answer, Error> {
         if let Some(reason) = env.missing_modern_meta() {
             return Err(Error::MissingMeta(reason.to_owned()));
         }
@@ -285,10 +288,17 @@ impl Engine {
         };
         let catalog = self.catalog().await?;
         let result = self.invoke(&req, &catalog).await?;
-        Ok((self.wrap_modern(result, method, ctx, &catalog), None))
+        let result = self.wrap_modern(result, method, ctx, &catalog);
+        // A result that is the same for anyone asking the same question of this catalog may be
+        // reused by the gateway for its `ttlMs`.
+        let ttl_ms = result.get("ttlMs").and_then(Value::as_u64).unwrap_or(0);
+        let public = result.get("cacheScope").and_then(Value::as_str) == Some("public");
+        let cache = (public && ttl_ms > 0)
+            .then(|| mcp_proto::mcp::CacheHint { ttl_ms, catalog_fingerprint: catalog.fingerprint });
+        Ok(Answer { result, session_id: None, cache })
     }
 
-    async fn legacy(&self, env: &Envelope<'_>, ctx: &Context, sink: &Sink) -> Result<(Value, Option<String>), Error> {
+    async fn legacy(&self, env: &Envelope<'_>, ctx: &Context, sink: &Sink) -> Result<Answer, Error> {
         let method = Method::parse(&env.method);
         if !method.served_in(Era::Legacy) {
             return Err(Error::MethodNotFound(env.method.to_string()));
@@ -300,7 +310,7 @@ impl Engine {
         let result = self.invoke(&req, &catalog).await?;
         if method == Method::Discover {
             // `server/discover` answers the same in both eras, so clients can probe with it.
-            return Ok((self.wrap_modern(result, method, ctx, &catalog), None));
+            return Ok(Answer::plain(self.wrap_modern(result, method, ctx, &catalog)));
         }
         // A handshake over HTTP starts a session; its id carries the negotiated revision.
         let session_id = (method == Method::Initialize && ctx.transport == Transport::StreamableHttp).then(|| {
@@ -311,7 +321,7 @@ impl Engine {
             let capabilities = req.params.get("capabilities").cloned().unwrap_or_else(|| json!({}));
             self.sessions.create(revision, capabilities).0
         });
-        Ok((result, session_id))
+        Ok(Answer { result, session_id, cache: None })
     }
 
     async fn invoke(&self, req: &Request<'_>, catalog: &CatalogView) -> Result<Value, Error> {
@@ -346,7 +356,7 @@ impl Engine {
 
     /// Every modern result: `resultType`, `_meta` server identity, and cache hints on the six
     /// cacheable results when complete (`private` when the answer depends on the caller's
-    /// authorisation).
+    /// authorisation, `public` otherwise).
     fn wrap_modern(&self, mut result: Value, method: Method, ctx: &Context, catalog: &CatalogView) -> Value {
         let Some(obj) = result.as_object_mut() else { return result };
         obj.entry("resultType").or_insert_with(|| json!("complete"));
@@ -354,7 +364,9 @@ impl Engine {
             let ttl =
                 if method == Method::ResourcesRead { self.settings.read_ttl_ms } else { self.settings.list_ttl_ms };
             obj.insert("ttlMs".into(), json!(ttl));
-            let scope = if ctx.principal.is_some() && method != Method::Discover { "private" } else { "public" };
+            // Signed-in callers see only the items their scopes reach: where the catalog has
+            // such items, the answer is the caller's own.
+            let scope = if ctx.principal.is_some() && catalog.scoped(method) { "private" } else { "public" };
             obj.insert("cacheScope".into(), json!(scope));
         }
         let meta = obj.entry("_meta").or_insert_with(|| json!({}));
@@ -362,6 +374,20 @@ impl Engine {
             m.insert(meta::SERVER_INFO.into(), catalog.server_info.clone());
         }
         result
+    }
+}
+
+/// A request's result, with what the transport needs besides it.
+struct Answer {
+    result: Value,
+    /// A new legacy session's id (the reply to `initialize` over HTTP).
+    session_id: Option<String>,
+    cache: Option<mcp_proto::mcp::CacheHint>,
+}
+
+impl Answer {
+    fn plain(result: Value) -> Self {
+        Self { result, session_id: None, cache: None }
     }
 }
 
@@ -390,20 +416,15 @@ fn envelope_error(e: EnvelopeError, era: Era) -> Frame {
 }
 
 /// Metrics and trace attributes of one handled request: method, era, tool and outcome.
-fn observe(
-    env: &Envelope<'_>,
-    era: Era,
-    outcome: &Result<(Value, Option<String>), Error>,
-    started: std::time::Instant,
-) {
+fn observe(env: &Envelope<'_>, era: Era, outcome: &Result<Answer, Error>, started: std::time::Instant) {
     let method = Method::label(env.method.as_ref()).to_owned();
     let era = match era {
         Era::Modern => "modern",
         Era::Legacy => "legacy",
     };
     let result = match outcome {
-        Ok((v, _)) if v.get("isError") == Some(&Value::Bool(true)) => "tool_error",
-        Ok((v, _)) if v.get("resultType").and_then(Value::as_str) == Some("input_required") => "input_required",
+        Ok(a) if a.result.get("isError") == Some(&Value::Bool(true)) => "tool_error",
+        Ok(a) if a.result.get("resultType").and_then(Value::as_str) == Some("input_required") => "input_required",
         Ok(_) => "ok",
         Err(_) => "error",
     };

@@ -32,9 +32,10 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use mcp_proto::registry::registry_client::RegistryClient;
+use mcp_proto::transport::GrpcChannel;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Endpoint;
 
 pub use config::Config;
 pub use dispatch::{Engine, Settings};
@@ -56,42 +57,36 @@ pub enum StartError {
 }
 
 /// A lazily connecting client for registry-service at `url`.
-pub fn registry_client(url: &str) -> Result<RegistryClient<Channel>, StartError> {
+pub fn registry_client(url: &str) -> Result<RegistryClient<GrpcChannel>, StartError> {
     let endpoint = Endpoint::from_shared(url.to_owned())
         .map_err(|source| StartError::RegistryUrl { url: url.to_owned(), source })?
         .connect_timeout(std::time::Duration::from_secs(5))
         .tcp_nodelay(true);
-    Ok(RegistryClient::new(endpoint.connect_lazy()))
+    Ok(RegistryClient::new(mcp_proto::transport::network(endpoint.connect_lazy())))
 }
 
-/// The engine for `config`: against the configured registry, or against one started
-/// in this process on a loopback port when none is configured.
+/// The engine for `config`: against the configured registry, or against one in this process
+/// (called directly, no socket) when none is configured.
 pub async fn engine(config: &Config, shutdown: &CancellationToken) -> Result<Arc<Engine>, StartError> {
-    let url = match &config.registry {
-        Some(url) => url.clone(),
+    let client = match &config.registry {
+        Some(url) => registry_client(url)?,
         None => {
             let registry_config =
                 registry_service::Config { definitions: config.definitions.clone(), ..Default::default() };
             let catalog = registry_service::live_catalog(&registry_config, shutdown)?;
-            let listener = TcpListener::bind(("127.0.0.1", 0))
-                .await
-                .map_err(|source| StartError::Bind { addr: ([127, 0, 0, 1], 0).into(), source })?;
-            let addr = listener
-                .local_addr()
-                .map_err(|source| StartError::Bind { addr: ([127, 0, 0, 1], 0).into(), source })?;
-            let token = shutdown.clone();
-            tokio::spawn(async move {
-                if let Err(e) =
-                    registry_service::serve(listener, catalog, mcp_proto::trust::Require::new(None), token).await
-                {
-                    tracing::error!(error = %e, "in-process registry failed");
-                }
-            });
-            format!("http://{addr}")
+            RegistryClient::new(registry_service::in_process(catalog, shutdown.clone()))
         }
     };
-    let client = registry_client(&url)?;
-    let cache = catalog::CatalogCache::follow(client.clone(), shutdown.clone());
+    Ok(engine_with(config, client, shutdown))
+}
+
+/// The engine for `config` against `registry`.
+pub fn engine_with(
+    config: &Config,
+    registry: RegistryClient<GrpcChannel>,
+    shutdown: &CancellationToken,
+) -> Arc<Engine> {
+    let cache = catalog::CatalogCache::follow(registry.clone(), shutdown.clone());
     let sealer = match &config.state_secret {
         Some(secret) => seal::Sealer::new(secret.as_bytes()),
         None => {
@@ -103,7 +98,14 @@ pub async fn engine(config: &Config, shutdown: &CancellationToken) -> Result<Arc
             seal::Sealer::random()
         }
     };
-    Ok(Engine::new(client, cache, config.settings(), sealer, shutdown.clone()))
+    Engine::new(registry, cache, config.settings(), sealer, shutdown.clone())
+}
+
+/// The engine's gRPC service, called in this process (standalone mode) instead of over a
+/// socket.
+pub fn in_process(engine: Arc<Engine>) -> GrpcChannel {
+    use mcp_proto::mcp::mcp_service_server::McpServiceServer;
+    mcp_proto::transport::in_process(McpServiceServer::new(server::McpGrpc::new(engine)))
 }
 
 /// Bind the configured address and serve gRPC until `shutdown`.

@@ -33,6 +33,7 @@ fn frames(rx: mpsc::Receiver<Frame>) -> FrameStream {
             json: f.json,
             disposition: f.disposition as i32,
             session_id: f.session_id.unwrap_or_default(),
+            cache: f.cache,
         })
     }))
 }
@@ -89,6 +90,30 @@ impl McpService for McpGrpc {
             outbound.push(tx);
         }
         Ok(Response::new(frames(rx)))
+    }
+
+    type WatchCatalogStream = Pin<Box<dyn Stream<Item = Result<pb::CatalogFingerprint, Status>> + Send + 'static>>;
+
+    async fn watch_catalog(
+        &self,
+        _request: Request<pb::WatchCatalogRequest>,
+    ) -> Result<Response<Self::WatchCatalogStream>, Status> {
+        let fingerprint = |c: &Option<Arc<crate::catalog::CatalogView>>| pb::CatalogFingerprint {
+            fingerprint: c.as_ref().map_or(0, |c| c.fingerprint),
+        };
+        let rx = self.engine.catalog.watch();
+        let first = fingerprint(&rx.borrow());
+        // Each change once (equal consecutive fingerprints collapse), until the caller leaves.
+        let changes = tokio_stream::wrappers::WatchStream::from_changes(rx).map(move |c| fingerprint(&c));
+        let stream = futures_util::stream::once(async move { first })
+            .chain(changes)
+            .scan(None, |last, f| {
+                let repeat = *last == Some(f.fingerprint);
+                *last = Some(f.fingerprint);
+                std::future::ready(Some((!repeat).then_some(f)))
+            })
+            .filter_map(|f| std::future::ready(f.map(Ok)));
+        Ok(Response::new(Box::pin(stream)))
     }
 
     async fn end_session(

@@ -8,6 +8,7 @@
 //!   shared by the HTTP edge and the stdio transport.
 //! - [`jsonrpc`]: reply and notification builders around a raw id.
 //! - [`runtime`]: logging, configuration loading and shutdown signals shared by the binaries.
+//! - [`transport`]: one type for a gRPC connection over the network or in process.
 //! - [`header_codec`]: the `=?base64?…?=` sentinel used by `Mcp-Name` and `Mcp-Param-*`.
 
 pub mod envelope;
@@ -16,6 +17,7 @@ pub mod jsonrpc;
 pub mod outbound;
 pub mod runtime;
 pub mod telemetry;
+pub mod transport;
 pub mod trust;
 pub mod vocab;
 

@@ -106,3 +106,10 @@ pub async fn serve(
     tracing::info!(service = "registry-service", "stopped");
     Ok(())
 }
+
+/// The catalog's gRPC service, called in this process (standalone mode, and mcp-service
+/// without a configured registry) instead of over a socket.
+pub fn in_process(catalog: server::CatalogHandle, shutdown: CancellationToken) -> mcp_proto::transport::GrpcChannel {
+    let service = server::RegistryService::new(catalog).with_draining(shutdown);
+    mcp_proto::transport::in_process(mcp_proto::registry::registry_server::RegistryServer::new(service))
+}

@@ -48,6 +48,13 @@ impl Files {
         Ok(Self { dir, resource })
     }
 
+    /// A file in the benchmark's temporary directory.
+    pub fn write(&self, name: &str, text: &str) -> anyhow::Result<PathBuf> {
+        let path = self.dir.path().join(name);
+        std::fs::write(&path, text)?;
+        Ok(path)
+    }
+
     /// The definitions file with `tools` tools (written once per size).
     pub fn definitions(&self, tools: usize) -> anyhow::Result<PathBuf> {
         let path = self.dir.path().join(format!("definitions-{tools}.yaml"));

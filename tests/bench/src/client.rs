@@ -15,15 +15,24 @@ use crate::mcp::{self, Answer, Call};
 /// Where every server under test answers MCP (the references answer on any path).
 pub const PATH: &str = "/mcp";
 
+/// Where a server under test answers, and the bearer token it wants (when signing in is on).
+#[derive(Clone, Debug)]
+pub struct Target {
+    pub addr: SocketAddr,
+    pub authorization: Option<HeaderValue>,
+}
+
 pub struct Conn {
     sender: SendRequest<Full<Bytes>>,
     host: HeaderValue,
+    authorization: Option<HeaderValue>,
     /// The legacy session, after `handshake`.
     session: Option<HeaderValue>,
 }
 
 impl Conn {
-    pub async fn open(addr: SocketAddr, timeout: Duration) -> Result<Conn, String> {
+    pub async fn open(target: &Target, timeout: Duration) -> Result<Conn, String> {
+        let addr = target.addr;
         let connect = async {
             let stream = tokio::net::TcpStream::connect(addr).await.map_err(|e| format!("connect: {e}"))?;
             let _ = stream.set_nodelay(true);
@@ -34,7 +43,7 @@ impl Conn {
                 let _ = conn.await;
             });
             let host = HeaderValue::from_str(&addr.to_string()).map_err(|e| e.to_string())?;
-            Ok(Conn { sender, host, session: None })
+            Ok(Conn { sender, host, authorization: target.authorization.clone(), session: None })
         };
         tokio::time::timeout(timeout, connect).await.map_err(|_| format!("connect: no answer in {timeout:?}"))?
     }
@@ -48,6 +57,9 @@ impl Conn {
         let headers = req.headers_mut();
         headers.extend(call.headers.clone());
         headers.insert(hyper::header::HOST, self.host.clone());
+        if let Some(authorization) = &self.authorization {
+            headers.insert(hyper::header::AUTHORIZATION, authorization.clone());
+        }
         if let Some(session) = &self.session {
             headers.insert("mcp-session-id", session.clone());
         }

@@ -4,7 +4,6 @@
 //! answers go into an HDR histogram, anything else is counted as an error with its reason.
 
 use std::collections::HashMap;
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -12,7 +11,7 @@ use hdrhistogram::Histogram;
 use tokio::sync::Barrier;
 use tokio::task::JoinHandle;
 
-use crate::client::Conn;
+use crate::client::{Conn, Target};
 use crate::mcp::{self, Call};
 
 /// The requests each connection sends in turn (connection `i` starts at request `i`).
@@ -79,8 +78,8 @@ fn error_kind(why: &str) -> String {
     kind.chars().take(240).collect()
 }
 
-/// Open `settings.concurrency` connections to `addr` for `workload`; they wait for [`Fleet::go`].
-pub fn connect(addr: SocketAddr, workload: &Arc<Workload>, settings: Settings) -> anyhow::Result<Fleet> {
+/// Open `settings.concurrency` connections to `target` for `workload`; they wait for [`Fleet::go`].
+pub fn connect(target: &Target, workload: &Arc<Workload>, settings: Settings) -> anyhow::Result<Fleet> {
     anyhow::ensure!(!workload.calls.is_empty(), "a workload without requests");
     // Microseconds, up to an hour, 3 significant digits.
     let latency = Histogram::<u64>::new_with_bounds(1, 3_600_000_000, 3)?;
@@ -89,8 +88,8 @@ pub fn connect(addr: SocketAddr, workload: &Arc<Workload>, settings: Settings) -
     let tasks = (0..settings.concurrency)
         .map(|index| {
             let tally = Tally { latency: latency.clone(), ok: 0, errors: 0, kinds: HashMap::new() };
-            let (workload, ready, go) = (workload.clone(), ready.clone(), go.clone());
-            tokio::spawn(connection(index, addr, workload, settings, tally, ready, go))
+            let (workload, ready, go, target) = (workload.clone(), ready.clone(), go.clone(), target.clone());
+            tokio::spawn(connection(index, target, workload, settings, tally, ready, go))
         })
         .collect();
     Ok(Fleet { tasks, ready, go, empty: latency })
@@ -133,8 +132,8 @@ impl Fleet {
     }
 }
 
-async fn open(addr: SocketAddr, workload: &Workload, timeout: Duration) -> Result<Conn, String> {
-    let mut conn = Conn::open(addr, timeout).await?;
+async fn open(target: &Target, workload: &Workload, timeout: Duration) -> Result<Conn, String> {
+    let mut conn = Conn::open(target, timeout).await?;
     if workload.handshake {
         conn.handshake(timeout).await?;
     }
@@ -143,14 +142,14 @@ async fn open(addr: SocketAddr, workload: &Workload, timeout: Duration) -> Resul
 
 async fn connection(
     index: usize,
-    addr: SocketAddr,
+    target: Target,
     workload: Arc<Workload>,
     settings: Settings,
     mut tally: Tally,
     ready: Arc<Barrier>,
     go: Arc<Barrier>,
 ) -> Tally {
-    let mut conn = match open(addr, &workload, settings.timeout).await {
+    let mut conn = match open(&target, &workload, settings.timeout).await {
         Ok(c) => Some(c),
         Err(e) => {
             tally.error(e);
@@ -165,7 +164,7 @@ async fn connection(
     // At least one request per connection, then until the deadline.
     loop {
         match conn.as_mut() {
-            None => match open(addr, &workload, settings.timeout).await {
+            None => match open(&target, &workload, settings.timeout).await {
                 Ok(c) => conn = Some(c),
                 Err(e) => {
                     tally.error(e);

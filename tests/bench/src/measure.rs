@@ -153,7 +153,7 @@ async fn scenario(
     results: &mut Results,
 ) -> Result<(), String> {
     let kind = server.kind;
-    let workload = Arc::new(workload::build(server.addr, op, era, catalog, kind.handshakes(), plan.timeout).await?);
+    let workload = Arc::new(workload::build(&server.target, op, era, catalog, kind.handshakes(), plan.timeout).await?);
     if !plan.warmup.is_zero() {
         let c = plan.concurrency.iter().copied().max().unwrap_or(1).min(16);
         let settings = Settings { concurrency: c, duration: plan.warmup, timeout: plan.timeout };
@@ -173,7 +173,7 @@ async fn scenario(
         }
     }
     if op == Op::List {
-        let median_ms = workload::time_listing(server.addr, &workload, plan.timeout).await?;
+        let median_ms = workload::time_listing(&server.target, &workload, plan.timeout).await?;
         let first_page_tools = match workload.calls.first().map(|c| &c.expect) {
             Some(crate::mcp::Expect::Page { count, .. }) => *count,
             _ => 0,
@@ -189,7 +189,7 @@ async fn scenario(
     }
     for &concurrency in &plan.concurrency {
         let settings = Settings { concurrency, duration: plan.duration, timeout: plan.timeout };
-        let fleet = load::connect(server.addr, &workload, settings).map_err(|e| e.to_string())?;
+        let fleet = load::connect(&server.target, &workload, settings).map_err(|e| e.to_string())?;
         fleet.ready().await;
         results.peak_rss_per_measurement &= server.reset_peaks();
         let _ = server.take_warnings();
@@ -238,7 +238,7 @@ async fn scenario(
 
 /// A load without measuring it (the warm-up).
 async fn measure_load(server: &Server, workload: &Arc<Workload>, settings: Settings) -> Result<load::Outcome, String> {
-    let fleet = load::connect(server.addr, workload, settings).map_err(|e| e.to_string())?;
+    let fleet = load::connect(&server.target, workload, settings).map_err(|e| e.to_string())?;
     fleet.ready().await;
     Ok(fleet.go().await)
 }

@@ -4,7 +4,10 @@
 use std::net::SocketAddr;
 use std::path::Path;
 
+use hyper::header::HeaderValue;
+
 use crate::catalog::{self, Files};
+use crate::client::Target;
 use crate::mcp::{Era, Op};
 use crate::procs::{self, Proc};
 
@@ -19,10 +22,14 @@ pub enum Kind {
     Standalone,
     /// registry-service, mcp-service, oauth-service and gateway as separate processes.
     Microservices,
+    /// The same with sign-in on: every request carries a JWT access token (client
+    /// credentials) that the gateway checks against the authorisation server's keys.
+    MicroservicesJwt,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 4] = [Kind::BareHyper, Kind::Rmcp, Kind::Standalone, Kind::Microservices];
+    pub const ALL: [Kind; 5] =
+        [Kind::BareHyper, Kind::Rmcp, Kind::Standalone, Kind::Microservices, Kind::MicroservicesJwt];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -30,6 +37,7 @@ impl Kind {
             Kind::Rmcp => "rmcp",
             Kind::Standalone => "standalone",
             Kind::Microservices => "microservices",
+            Kind::MicroservicesJwt => "microservices-jwt",
         }
     }
 
@@ -43,6 +51,7 @@ impl Kind {
             Kind::BareHyper => op == Op::List && tools == catalog::REFERENCE_TOOLS,
             Kind::Rmcp => tools == catalog::REFERENCE_TOOLS,
             Kind::Standalone | Kind::Microservices => tools == catalog::REFERENCE_TOOLS || op == Op::List,
+            Kind::MicroservicesJwt => tools == catalog::REFERENCE_TOOLS,
         }
     }
 
@@ -56,8 +65,13 @@ impl Kind {
 pub struct Server {
     pub kind: Kind,
     pub procs: Vec<Proc>,
-    pub addr: SocketAddr,
+    pub target: Target,
 }
+
+/// The public URL of the signed-in deployment: the token issuer and, with `/mcp`, the audience.
+const PUBLIC_URL: &str = "http://mcp.bench.test";
+/// The confidential client the benchmark signs in as.
+const CLIENT_ID: &str = "bench";
 
 /// How to start servers.
 pub struct Launch<'a> {
@@ -75,6 +89,7 @@ impl Launch<'_> {
         let any = "127.0.0.1:0".to_owned();
         let s = |v: &[&str]| v.iter().map(|a| (*a).to_owned()).collect::<Vec<String>>();
         let mut procs = Vec::new();
+        let mut authorization = None;
         let addr = match kind {
             Kind::BareHyper => self.one(&mut procs, &own, s(&["serve-bare-hyper"]), "bare-hyper").await?,
             Kind::Rmcp => {
@@ -85,15 +100,29 @@ impl Launch<'_> {
                 let args = s(&["--standalone", "--listen", &any, "--definitions", &defs]);
                 self.one(&mut procs, &bin("gateway"), args, "gateway").await?
             }
-            Kind::Microservices => {
+            Kind::Microservices | Kind::MicroservicesJwt => {
+                let signed_in = kind == Kind::MicroservicesJwt;
                 let args = s(&["--listen", &any, "--definitions", &defs]);
                 let registry = self.one(&mut procs, &bin("registry-service"), args, "registry-service").await?;
                 let args = s(&["--listen", &any, "--registry", &format!("http://{registry}")]);
                 let mcp = self.one(&mut procs, &bin("mcp-service"), args, "mcp-service").await?;
                 // The gateway needs an authorisation server even with authentication off.
-                let args = s(&["--listen", &any, "--issuer", "http://127.0.0.1:8080"]);
+                let mut args = s(&["--listen", &any, "--issuer", PUBLIC_URL]);
+                let secret = format!("bench-secret-{}", std::process::id());
+                if signed_in {
+                    let hash = hash_secret(&bin("oauth-service"), &secret).await?;
+                    let config = format!(
+                        "[[clients]]\nclient_id = \"{CLIENT_ID}\"\nsecret_sha256 = \"{hash}\"\n\
+                         grant_types = [\"client_credentials\"]\n"
+                    );
+                    let path = self.files.write("oauth.toml", &config)?;
+                    args.extend(s(&["--config", &path.to_string_lossy()]));
+                }
                 let oauth = self.one(&mut procs, &bin("oauth-service"), args, "oauth-service").await?;
-                let args = s(&[
+                if signed_in {
+                    authorization = Some(access_token(oauth, &secret).await?);
+                }
+                let mut args = s(&[
                     "--listen",
                     &any,
                     "--mcp-service",
@@ -101,10 +130,13 @@ impl Launch<'_> {
                     "--oauth-service",
                     &format!("http://{oauth}"),
                 ]);
+                if signed_in {
+                    args.extend(s(&["--auth", "oauth", "--public-url", PUBLIC_URL]));
+                }
                 self.one(&mut procs, &bin("gateway"), args, "gateway").await?
             }
         };
-        Ok(Server { kind, procs, addr })
+        Ok(Server { kind, procs, target: Target { addr, authorization } })
     }
 
     async fn one(
@@ -118,6 +150,46 @@ impl Launch<'_> {
         procs.push(proc);
         Ok(addr)
     }
+}
+
+/// The stored form of a client secret, from `oauth-service hash-secret`.
+async fn hash_secret(oauth_service: &Path, secret: &str) -> anyhow::Result<String> {
+    use tokio::io::AsyncWriteExt as _;
+    let mut child = tokio::process::Command::new(oauth_service)
+        .arg("hash-secret")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()?;
+    let mut stdin = child.stdin.take().ok_or_else(|| anyhow::anyhow!("no stdin"))?;
+    stdin.write_all(secret.as_bytes()).await?;
+    drop(stdin);
+    let out = child.wait_with_output().await?;
+    anyhow::ensure!(out.status.success(), "oauth-service hash-secret failed: {}", out.status);
+    Ok(String::from_utf8(out.stdout)?.trim().to_owned())
+}
+
+/// `Bearer <JWT>` for the benchmark's client, by the client credentials grant.
+async fn access_token(oauth: SocketAddr, secret: &str) -> anyhow::Result<HeaderValue> {
+    use base64::Engine as _;
+    use http_body_util::{BodyExt as _, Full};
+    let stream = tokio::net::TcpStream::connect(oauth).await?;
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream)).await?;
+    tokio::spawn(conn);
+    let basic = base64::engine::general_purpose::STANDARD.encode(format!("{CLIENT_ID}:{secret}"));
+    let form = format!("grant_type=client_credentials&scope=mcp&resource={PUBLIC_URL}/mcp");
+    let req = hyper::Request::post("/oauth/token")
+        .header(hyper::header::HOST, oauth.to_string())
+        .header(hyper::header::AUTHORIZATION, format!("Basic {basic}"))
+        .header(hyper::header::CONTENT_TYPE, "application/x-www-form-urlencoded")
+        .body(Full::new(bytes::Bytes::from(form)))?;
+    let resp = sender.send_request(req).await?;
+    let status = resp.status();
+    let body = resp.into_body().collect().await?.to_bytes();
+    anyhow::ensure!(status.is_success(), "token request: {status} {}", String::from_utf8_lossy(&body));
+    let json: serde_json::Value = serde_json::from_slice(&body)?;
+    let token = json["access_token"].as_str().ok_or_else(|| anyhow::anyhow!("no access_token in {json}"))?;
+    Ok(HeaderValue::from_str(&format!("Bearer {token}"))?)
 }
 
 impl Server {

@@ -3,11 +3,10 @@
 //! catalog comes back, each tool once), then each request of the load is one page, in turn.
 
 use std::collections::HashSet;
-use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use crate::catalog;
-use crate::client::Conn;
+use crate::client::{Conn, Target};
 use crate::load::Workload;
 use crate::mcp::{self, Call, Era, Expect, Op};
 
@@ -16,7 +15,7 @@ const WALKS: usize = 3;
 
 /// The workload of `op` in `era` against a server with `tools` tools.
 pub async fn build(
-    addr: SocketAddr,
+    target: &Target,
     op: Op,
     era: Era,
     tools: usize,
@@ -25,7 +24,7 @@ pub async fn build(
 ) -> Result<Workload, String> {
     let handshake = handshake && era == Era::Legacy;
     let calls = match op {
-        Op::List => pages(addr, era, tools, handshake, timeout).await?,
+        Op::List => pages(target, era, tools, handshake, timeout).await?,
         Op::Call => (0..catalog::REFERENCE_TOOLS.min(tools))
             .map(|i| mcp::echo(era, &catalog::tool_name(i), &format!("echo {i} from the benchmark"), i as u64 + 1))
             .collect(),
@@ -35,8 +34,8 @@ pub async fn build(
     Ok(Workload { calls, handshake })
 }
 
-async fn connect(addr: SocketAddr, handshake: bool, timeout: Duration) -> Result<Conn, String> {
-    let mut conn = Conn::open(addr, timeout).await?;
+async fn connect(target: &Target, handshake: bool, timeout: Duration) -> Result<Conn, String> {
+    let mut conn = Conn::open(target, timeout).await?;
     if handshake {
         conn.handshake(timeout).await?;
     }
@@ -45,13 +44,13 @@ async fn connect(addr: SocketAddr, handshake: bool, timeout: Duration) -> Result
 
 /// Walk `tools/list` to its end; one request per page, each with the answer it must get.
 async fn pages(
-    addr: SocketAddr,
+    target: &Target,
     era: Era,
     tools: usize,
     handshake: bool,
     timeout: Duration,
 ) -> Result<Vec<Call>, String> {
-    let mut conn = connect(addr, handshake, timeout).await?;
+    let mut conn = connect(target, handshake, timeout).await?;
     let mut calls = Vec::new();
     let mut seen = HashSet::new();
     let mut cursor: Option<String> = None;
@@ -95,8 +94,8 @@ async fn pages(
 }
 
 /// Median time of a full listing (every page, in order, on one connection), in milliseconds.
-pub async fn time_listing(addr: SocketAddr, workload: &Workload, timeout: Duration) -> Result<f64, String> {
-    let mut conn = connect(addr, workload.handshake, timeout).await?;
+pub async fn time_listing(target: &Target, workload: &Workload, timeout: Duration) -> Result<f64, String> {
+    let mut conn = connect(target, workload.handshake, timeout).await?;
     let mut times = Vec::with_capacity(WALKS);
     for _ in 0..WALKS {
         let started = Instant::now();

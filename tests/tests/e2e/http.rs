@@ -344,3 +344,33 @@ async fn icons_from_2025_11_25_on() {
     let d = c.modern(5, "server/discover", json!({})).await;
     assert!(d.result()["_meta"]["io.modelcontextprotocol/serverInfo"]["icons"].is_array());
 }
+
+/// Thousands of calls through the microservices: each gRPC call's stream is read to its end,
+/// so the gateway's HTTP/2 connection to mcp-service never piles up reset streams (past 1 024
+/// of them the HTTP/2 layer closes the connection, failing every call on it).
+#[tokio::test]
+async fn thousands_of_calls_keep_the_engine_connection_healthy() {
+    let stack = Stack::microservices().await;
+    let tasks: Vec<_> = (0..4)
+        .map(|task| {
+            let c = stack.client();
+            tokio::spawn(async move {
+                let mut failures = Vec::new();
+                for i in 0..400 {
+                    let r = c.modern(i, "tools/call", json!({"name": "add", "arguments": {"a": task, "b": i}})).await;
+                    if r.status != 200 || r.json.get("result").is_none() {
+                        failures.push(format!("{}: {}", r.status, r.text));
+                    }
+                }
+                failures
+            })
+        })
+        .collect();
+    let mut failures = Vec::new();
+    for t in tasks {
+        failures.extend(t.await.expect("task"));
+    }
+    assert!(failures.is_empty(), "{} of 1600 calls failed, first: {:?}", failures.len(), failures.first());
+    let logs = stack.gateway().log_text();
+    assert!(!logs.contains("reset streams"), "{logs}");
+}

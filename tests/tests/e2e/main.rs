@@ -14,6 +14,7 @@ mod oauth_clients;
 mod observability;
 mod process;
 mod replicas;
+mod result_cache;
 mod sessions;
 mod sql_backend;
 mod stdio;

@@ -21,6 +21,7 @@ fn color(kind: Kind) -> &'static str {
         Kind::Rmcp => "#d95f02",
         Kind::Standalone => "#1b9e77",
         Kind::Microservices => "#7570b3",
+        Kind::MicroservicesJwt => "#e7298a",
     }
 }
 

@@ -1,0 +1,146 @@
+//! The gateway answers modern `cacheScope: public` results again without asking mcp-service,
+//! for their `ttlMs`, and never once the catalog has changed; answers that depend on the
+//! caller are never shared.
+
+use base64::Engine as _;
+use e2e::{MODERN, Proc};
+use serde_json::{Value, json};
+use sha2::Digest as _;
+
+const V1: &str = "server: { name: cached, version: \"1.0.0\" }\ntools:\n  - { name: one, text: \"1\" }\n";
+const V2: &str = "server: { name: cached, version: \"1.0.0\" }\ntools:\n  - { name: one, text: \"1\" }\n  - { name: two, text: \"2\" }\n";
+
+fn names(result: &Value) -> Vec<String> {
+    result["tools"].as_array().expect("tools").iter().filter_map(|t| t["name"].as_str().map(str::to_owned)).collect()
+}
+
+/// The value of counter `name{labels}` in the Prometheus text `text` (0 when absent).
+fn counter(text: &str, name: &str, labels: &str) -> u64 {
+    let series = format!("{name}{{{labels}}} ");
+    text.lines()
+        .find_map(|l| l.strip_prefix(series.as_str()))
+        .map_or(0, |v| v.trim().parse::<f64>().expect("number") as u64)
+}
+
+async fn hits(gateway: &Proc) -> u64 {
+    let text = e2e::http()
+        .get(format!("{}/metrics", gateway.url()))
+        .send()
+        .await
+        .expect("GET /metrics")
+        .text()
+        .await
+        .expect("text");
+    counter(&text, "gateway_result_cache_total", "outcome=\"hit\"")
+}
+
+fn list_headers() -> [(&'static str, &'static str); 2] {
+    [("mcp-protocol-version", MODERN), ("mcp-method", "tools/list")]
+}
+
+#[tokio::test]
+async fn public_results_are_answered_again_until_the_catalog_changes() {
+    let served = e2e::Served::definitions(V1, &[]).await;
+    let (gw, c) = (&served.gateway, &served.client);
+
+    let first = c.post(&e2e::modern_request(1, "tools/list", json!({})), &list_headers()).await;
+    assert_eq!(first.status, 200, "{}", first.text);
+    assert_eq!((first.result()["cacheScope"].as_str(), names(first.result())), (Some("public"), vec!["one".into()]));
+    assert_eq!(hits(gw).await, 0);
+
+    // The same question with another id: the same result, this id, without a hop.
+    let mut again = e2e::modern_request(1, "tools/list", json!({}));
+    again["id"] = json!("second");
+    let second = c.post(&again, &list_headers()).await;
+    assert_eq!(second.status, 200, "{}", second.text);
+    assert_eq!(second.json["id"], "second");
+    assert_eq!(second.result(), first.result());
+    assert_eq!(second.content_type(), "application/json");
+    assert_eq!(hits(gw).await, 1);
+
+    // Another question (a different cursor, a legacy request) is not that answer.
+    let other = c.post(&e2e::modern_request(3, "tools/list", json!({"cursor": "bogus"})), &list_headers()).await;
+    assert_eq!(other.error_code(), Some(-32602), "{}", other.text);
+    let legacy = c.legacy("2025-06-18", 4, "tools/list", json!({})).await;
+    assert_eq!(names(legacy.result()), vec!["one".to_owned()]);
+    assert!(legacy.result().get("cacheScope").is_none());
+    assert_eq!(hits(gw).await, 1);
+
+    // A new catalog: once a client hears of it, nothing older is answered.
+    let listen = e2e::modern_request(5, "subscriptions/listen", json!({"notifications": {"toolsListChanged": true}}));
+    let mut stream =
+        c.stream(&listen, &[("mcp-protocol-version", MODERN), ("mcp-method", "subscriptions/listen")]).await;
+    stream.next().await; // acknowledged
+    std::fs::write(served.path(), V2).expect("write");
+    assert_eq!(stream.next().await["method"], "notifications/tools/list_changed");
+    let after = c.post(&e2e::modern_request(6, "tools/list", json!({})), &list_headers()).await;
+    assert_eq!(names(after.result()), ["one", "two"]);
+    // And that new answer is reused in turn.
+    let reused = c.post(&e2e::modern_request(7, "tools/list", json!({})), &list_headers()).await;
+    assert_eq!(names(reused.result()), ["one", "two"]);
+    assert_eq!(hits(gw).await, 2);
+
+    // Errors are never kept.
+    let bad = e2e::modern_request(8, "resources/read", json!({"uri": "nothing://here"}));
+    let headers = [("mcp-protocol-version", MODERN), ("mcp-method", "resources/read"), ("mcp-name", "nothing://here")];
+    for _ in 0..2 {
+        assert!(c.post(&bad, &headers).await.error_code().is_some());
+    }
+    assert_eq!(hits(gw).await, 2);
+}
+
+fn sha256(token: &str) -> String {
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(sha2::Sha256::digest(token.as_bytes()))
+}
+
+#[tokio::test]
+async fn answers_that_depend_on_the_caller_are_never_shared() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let defs = dir.path().join("defs.yaml");
+    std::fs::write(&defs, "server: { name: scoped }\ntools:\n  - { name: hello, text: hi }\n  - { name: purge, text: gone, scopes: [admin] }\n")
+        .expect("write");
+    let config = dir.path().join("gateway.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "auth = \"token\"\n\
+             [[api_tokens]]\nname = \"admin\"\nsha256 = \"{}\"\nscopes = [\"mcp\", \"admin\"]\n\
+             [[api_tokens]]\nname = \"user\"\nsha256 = \"{}\"\nscopes = [\"mcp\"]\n",
+            sha256("token-of-the-administrator"),
+            sha256("token-of-an-ordinary-user")
+        ),
+    )
+    .expect("write");
+    let gw = Proc::start(
+        "gateway",
+        &[
+            "--standalone",
+            "--listen",
+            "127.0.0.1:0",
+            "--config",
+            config.to_str().expect("utf-8"),
+            "--definitions",
+            defs.to_str().expect("utf-8"),
+        ],
+        "gateway",
+    )
+    .await;
+    let client = e2e::Client::new(&format!("{}/mcp", gw.url()));
+    let list = |token: &'static str| {
+        let client = &client;
+        async move {
+            let auth = format!("Bearer {token}");
+            let headers = [("mcp-protocol-version", MODERN), ("mcp-method", "tools/list"), ("authorization", &auth)];
+            client.post(&e2e::modern_request(1, "tools/list", json!({})), &headers).await
+        }
+    };
+    for _ in 0..2 {
+        let admin = list("token-of-the-administrator").await;
+        assert_eq!(names(admin.result()), ["hello", "purge"]);
+        assert_eq!(admin.result()["cacheScope"], "private");
+        let user = list("token-of-an-ordinary-user").await;
+        assert_eq!(names(user.result()), ["hello"]);
+        assert_eq!(user.result()["cacheScope"], "private");
+    }
+    assert_eq!(hits(&gw).await, 0);
+}
