@@ -6,7 +6,10 @@ fits the binaries it deploys, read from the source tree so that drift shows:
 
 - every GATEWAY_*, MCP_SERVICE_*, REGISTRY_*, OAUTH_* variable a container gets (env and
   envFrom ConfigMaps) is a key of that service's `Config` struct (<crate>/src/config.rs):
-  unknown keys stop a service at start;
+  unknown keys stop a service at start; `PREFIX_KEY_FILE` is the key read from a file, which
+  must lie in a mounted volume, and never beside `PREFIX_KEY`;
+- gateway: a per-address rate limit behind an Ingress or HTTPRoute needs
+  GATEWAY_TRUSTED_PROXIES, valid networks, none trusting every address;
 - listen ports match the container ports; service URLs name a Service of the set whose
   port reaches the target's listen port; Service Links are off (their variables would carry
   the services' prefixes);
@@ -162,8 +165,18 @@ def check_deployments(s):
 
         # Settings the binary knows.
         keys = config_keys(comp)
-        errs = ["%s: `%s` is not a setting of %s (%s/src/config.rs)" % (n, n[len(prefix):].lower().split("__")[0], comp, comp)
-                for n in sorted(env) if n.startswith(prefix) and n[len(prefix):].lower().split("__")[0] not in keys]
+        # `PREFIX_KEY_FILE` is the setting `key` read from a file (proto/src/runtime.rs).
+        setting = lambda n: re.sub(r"_file$", "", n[len(prefix):].lower()).split("__")[0]
+        errs = ["%s: `%s` is not a setting of %s (%s/src/config.rs)" % (n, setting(n), comp, comp)
+                for n in sorted(env) if n.startswith(prefix) and setting(n) not in keys]
+        mounts = [m["mountPath"].rstrip("/") + "/" for m in c.get("volumeMounts", [])]
+        for n in sorted(env):
+            if not (n.startswith(prefix) and n.endswith("_FILE")):
+                continue
+            if n[:-len("_FILE")] in env:
+                errs.append("%s and %s are both set (the service refuses to start)" % (n[:-len("_FILE")], n))
+            if env[n] is None or not any(str(env[n]).startswith(m) for m in mounts):
+                errs.append("%s=%s is not a file in a mounted volume" % (n, env[n]))
         if listen is None:
             errs.append("%sLISTEN is not set to host:port" % prefix)
         elif listen not in [p["containerPort"] for p in c.get("ports", [])]:
@@ -174,6 +187,22 @@ def check_deployments(s):
         if pod.get("enableServiceLinks") is not False:
             errs.append("enableServiceLinks must be false (service link variables carry the services' prefixes)")
         report(s.name, "%s: settings exist in the binary, ports agree" % comp, errs)
+        if comp == "gateway":
+            # Behind an entry point the peer is the proxy: a per-address limit needs the
+            # proxies trusted for X-Forwarded-For, as valid networks.
+            errs = []
+            proxies = env.get("GATEWAY_TRUSTED_PROXIES")
+            try:
+                nets = [ipaddress.ip_network(str(p).strip(), strict=True) for p in yaml.safe_load(proxies or "[]")]
+            except (ValueError, TypeError, yaml.YAMLError) as e:
+                nets = []
+                errs.append("GATEWAY_TRUSTED_PROXIES=%s: not a list of CIDRs (%s)" % (proxies, e))
+            entry = s.of("Ingress") or s.of("HTTPRoute")
+            if entry and int(env.get("GATEWAY_RATE_LIMIT_PER_IP") or 0) > 0 and not nets:
+                errs.append("GATEWAY_RATE_LIMIT_PER_IP behind an entry point without GATEWAY_TRUSTED_PROXIES counts the proxy, not clients")
+            if any(n.prefixlen == 0 for n in nets):
+                errs.append("GATEWAY_TRUSTED_PROXIES trusts every address: any client could choose its own")
+            report(s.name, "gateway: per-address limits behind an entry point trust its proxies", errs)
 
         # Probes.
         errs = []
@@ -421,9 +450,9 @@ def check_scaling(s):
         hpa = next((h for h in hpas if h["spec"]["scaleTargetRef"].get("kind") == "Deployment"
                     and h["spec"]["scaleTargetRef"].get("name") == name), None)
         env = env_of(s, container(dep))
-        if comp == "oauth-service" and "OAUTH_DATABASE" not in env:
+        if comp == "oauth-service" and "OAUTH_DATABASE" not in env and "OAUTH_DATABASE_FILE" not in env:
             if hpa or (dep["spec"].get("replicas") or 1) > 1:
-                errs.append("oauth-service on SQLite (no OAUTH_DATABASE) must run one replica")
+                errs.append("oauth-service on SQLite (no OAUTH_DATABASE or OAUTH_DATABASE_FILE) must run one replica")
             vols = dep["spec"]["template"]["spec"].get("volumes", [])
             if any("persistentVolumeClaim" in v for v in vols) and (dep["spec"].get("strategy") or {}).get("type") != "Recreate":
                 errs.append("oauth-service on a ReadWriteOnce claim needs strategy Recreate")

@@ -57,6 +57,9 @@ pub struct Config {
     /// Streams one client (the caller, else its address) may keep open on `/mcp`: legacy GET
     /// streams and POST replies sent as SSE (429 past it; 0: no cap).
     pub max_streams_per_client: usize,
+    /// Proxies (CIDRs or addresses) whose `X-Forwarded-For` names the client: the right-most
+    /// entry not itself in the list is the client's address (empty: the TCP peer always).
+    pub trusted_proxies: Vec<String>,
     /// Largest accepted request header section, names and values together, in bytes (431 above).
     pub max_header_bytes: usize,
     /// Bytes of modern `cacheScope: public` results kept and answered again for their `ttlMs`
@@ -93,6 +96,7 @@ impl Default for Config {
             rate_limit_per_ip: 0,
             rate_limit_per_client: 0,
             max_streams_per_client: 32,
+            trusted_proxies: Vec::new(),
             max_header_bytes: 32 * 1024,
             result_cache_bytes: 4 * 1024 * 1024,
             service_token: None,
@@ -220,6 +224,7 @@ impl Cli {
         if config.max_body_bytes == 0 {
             return Err("max_body_bytes: must be greater than 0".into());
         }
+        crate::client_addr::TrustedProxies::parse(&config.trusted_proxies)?;
         if config.max_header_bytes < 1024 {
             return Err("max_header_bytes: must be at least 1024".into());
         }

@@ -10,6 +10,7 @@
 //! - [`app`]: routes, tower-http layers and the `/mcp` handler.
 //! - [`auth`]: the protected resource: bearer JWTs checked locally against the JWKS.
 //! - [`limits`]: rate limits per client address and per caller.
+//! - [`client_addr`]: the client's address behind trusted proxies (`X-Forwarded-For`).
 //! - [`headers`]: pure checks over headers (`Host`, `Origin`, `Accept`, MCP routing headers).
 //! - [`era`]: the HTTP era rule.
 //! - [`forward`]: the gRPC call and the mapping of frames to HTTP.
@@ -21,6 +22,7 @@
 pub mod app;
 pub mod auth;
 pub mod cache;
+pub mod client_addr;
 pub mod config;
 pub mod era;
 pub mod forward;
@@ -144,7 +146,9 @@ pub async fn serve_with(
             }
         }
     });
+    let proxies = Arc::new(client_addr::TrustedProxies::parse(&config.trusted_proxies).map_err(Error::Config)?);
     let app = app::router(state.clone(), config.max_body_bytes)
+        .layer(axum::middleware::from_fn_with_state(proxies, client_addr::layer))
         .layer(axum::middleware::from_fn_with_state(config.max_header_bytes, limits::guard_headers));
     tracing::info!(service = "gateway", %addr, endpoint = %format!("http://{addr}/mcp"), "listening");
 

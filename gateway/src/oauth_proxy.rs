@@ -61,8 +61,9 @@ pub async fn proxy(
     for h in HOP_BY_HOP {
         req.headers_mut().remove(h);
     }
-    // The client's address, for oauth-service's per-client limits: this hop's peer replaces
-    // whatever the client claimed.
+    // The client's address, for oauth-service's per-client limits: the peer (or, behind a
+    // trusted proxy, the address it forwarded: see `client_addr`) replaces whatever the
+    // client claimed.
     req.headers_mut().remove("x-forwarded-for");
     if let Ok(v) = http::HeaderValue::from_str(&peer.ip().to_string()) {
         req.headers_mut().insert("x-forwarded-for", v);

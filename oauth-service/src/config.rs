@@ -151,14 +151,48 @@ impl Config {
         }
     }
 
-    /// The database URL in effect.
+    /// The database URL in effect: a relative SQLite file is in the data directory.
     pub fn database_url(&self) -> String {
         match (&self.database, &self.data_dir) {
-            (Some(url), _) => url.clone(),
+            (Some(url), Some(dir)) => match sqlite_file(url) {
+                Some(file) if file.is_relative() => {
+                    let options = url.find('?').map_or("", |i| &url[i..]);
+                    format!("sqlite://{}{options}", dir.join(file).display())
+                }
+                _ => url.clone(),
+            },
+            (Some(url), None) => url.clone(),
             (None, Some(dir)) => format!("sqlite://{}", dir.join("oauth.db").display()),
             (None, None) => "sqlite::memory:".to_owned(),
         }
     }
+
+    /// Refuse a SQLite database whose directory this process cannot write: SQLite creates its
+    /// journal files beside the database, so it would otherwise fail on the first write (a
+    /// read-only root filesystem, a read-only mount). Creates the directory when missing.
+    pub fn check_database_dir(&self) -> Result<(), String> {
+        let Some(file) = sqlite_file(&self.database_url()) else { return Ok(()) };
+        let dir = match file.parent() {
+            Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+            _ => PathBuf::from("."),
+        };
+        mcp_proto::runtime::check_writable_dir(&dir).map_err(|e| {
+            format!(
+                "database: {e}: SQLite keeps its journal beside the database; mount a writable volume \
+                 there (a relative path is in data_dir), or use PostgreSQL"
+            )
+        })
+    }
+}
+
+/// The file of a `sqlite:` URL (none for other databases and in-memory ones).
+fn sqlite_file(url: &str) -> Option<PathBuf> {
+    use std::str::FromStr as _;
+    if !url.starts_with("sqlite:") || url.contains(":memory:") || url.contains("mode=memory") {
+        return None;
+    }
+    let options = sqlx::sqlite::SqliteConnectOptions::from_str(url).ok()?;
+    Some(options.get_filename().to_path_buf())
 }
 
 #[derive(Debug, clap::Parser, Serialize)]
@@ -196,5 +230,43 @@ impl Cli {
             mcp_proto::runtime::load_config(self.config.as_deref(), "OAUTH_", self).map_err(|e| e.to_string())?;
         config.validate()?;
         Ok(config)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(database: Option<&str>, data_dir: Option<&std::path::Path>) -> Config {
+        Config { database: database.map(str::to_owned), data_dir: data_dir.map(Into::into), ..Config::default() }
+    }
+
+    #[test]
+    fn a_relative_sqlite_file_is_in_the_data_directory() {
+        let dir = std::path::Path::new("/var/lib/oauth");
+        assert_eq!(config(Some("sqlite://oauth.db"), Some(dir)).database_url(), "sqlite:///var/lib/oauth/oauth.db");
+        assert_eq!(
+            config(Some("sqlite:db/o.db?mode=rwc"), Some(dir)).database_url(),
+            "sqlite:///var/lib/oauth/db/o.db?mode=rwc"
+        );
+        assert_eq!(config(Some("sqlite:///srv/o.db"), Some(dir)).database_url(), "sqlite:///srv/o.db", "absolute");
+        assert_eq!(config(Some("sqlite::memory:"), Some(dir)).database_url(), "sqlite::memory:");
+        assert_eq!(config(Some("postgres://db/oauth"), Some(dir)).database_url(), "postgres://db/oauth");
+        assert_eq!(config(Some("sqlite://oauth.db"), None).database_url(), "sqlite://oauth.db", "no data_dir");
+    }
+
+    #[test]
+    fn an_unwritable_database_directory_is_refused_naming_it() {
+        let tmp = tempfile::tempdir().expect("dir");
+        assert!(config(None, Some(&tmp.path().join("new"))).check_database_dir().is_ok(), "created when missing");
+        assert!(tmp.path().join("new").is_dir());
+        assert!(config(Some("postgres://db/oauth"), None).check_database_dir().is_ok());
+        assert!(config(None, None).check_database_dir().is_ok(), "in memory");
+        // Below a regular file nothing can be created, whoever we run as.
+        let file = tmp.path().join("a-file");
+        std::fs::write(&file, "").expect("write");
+        let err =
+            config(Some("sqlite://oauth.db"), Some(&file.join("data"))).check_database_dir().expect_err("refused");
+        assert!(err.contains(&file.join("data").display().to_string()) && err.contains("not writable"), "{err}");
     }
 }

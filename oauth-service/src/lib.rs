@@ -78,6 +78,7 @@ pub fn hash_password(password: &str) -> Result<String, String> {
 
 /// Open storage and keys, and create the bootstrap user.
 async fn state(config: Config) -> Result<AppState, Error> {
+    config.check_database_dir().map_err(Error::Store)?;
     let store = store::Store::open(&config.database_url()).await.map_err(|e| Error::Store(e.to_string()))?;
     let keys =
         keys::Keys::load_or_create(config.data_dir.as_deref(), config.access_token_ttl_secs).map_err(Error::Store)?;

@@ -12,6 +12,9 @@ pub struct Config {
     pub listen: SocketAddr,
     /// The operator's definitions file (YAML or JSON).
     pub definitions: Option<PathBuf>,
+    /// Where relative SQLite files of the definitions' `databases` live (default: next to the
+    /// definitions file). Must be writable: checked at start.
+    pub data_dir: Option<PathBuf>,
     /// Shared token callers must present (see `mcp_proto::trust`); unchecked when unset.
     pub service_token: Option<String>,
     /// Admin address serving `/metrics` (Prometheus); none when unset.
@@ -25,6 +28,7 @@ impl Default for Config {
         Self {
             listen: ([127, 0, 0, 1], 50052).into(),
             definitions: None,
+            data_dir: None,
             service_token: None,
             metrics_listen: None,
             shutdown_grace_secs: 10,

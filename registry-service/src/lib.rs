@@ -38,12 +38,14 @@ pub enum Error {
     Serve(#[from] tonic::transport::Error),
     #[error(transparent)]
     Definitions(#[from] definitions::DefinitionsError),
+    #[error("{0}")]
+    DataDir(String),
 }
 
 /// Build the catalog the configuration describes (built-ins, later the definitions file).
 pub fn load_catalog(config: &Config) -> Result<Arc<Catalog>, Error> {
     match &config.definitions {
-        Some(path) => Ok(Arc::new(definitions::load(path)?)),
+        Some(path) => Ok(Arc::new(definitions::load_in(path, config.data_dir.as_deref())?)),
         None => Ok(Arc::new(builtin::catalog())),
     }
 }
@@ -53,7 +55,8 @@ pub fn load_catalog(config: &Config) -> Result<Arc<Catalog>, Error> {
 pub fn live_catalog(config: &Config, shutdown: &CancellationToken) -> Result<server::CatalogHandle, Error> {
     let handle = server::CatalogHandle::new(load_catalog(config)?);
     if let Some(path) = &config.definitions
-        && let Err(e) = definitions::watch::spawn(path.clone(), handle.clone(), shutdown.clone())
+        && let Err(e) =
+            definitions::watch::spawn(path.clone(), config.data_dir.clone(), handle.clone(), shutdown.clone())
     {
         tracing::warn!(path = %path.display(), error = %e, "cannot watch the definitions file; it will not be reloaded");
     }
@@ -62,6 +65,9 @@ pub fn live_catalog(config: &Config, shutdown: &CancellationToken) -> Result<ser
 
 /// Bind the configured address and serve until `shutdown` is cancelled.
 pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), Error> {
+    if let Some(dir) = &config.data_dir {
+        mcp_proto::runtime::check_writable_dir(dir).map_err(|e| Error::DataDir(format!("data_dir: {e}")))?;
+    }
     let catalog = live_catalog(&config, &shutdown)?;
     let listener =
         TcpListener::bind(config.listen).await.map_err(|source| Error::Bind { addr: config.listen, source })?;

@@ -104,7 +104,7 @@ fn open(def: &DatabaseDef, base: &Path) -> Result<Database, String> {
     let max = def.max_connections.unwrap_or(5).max(1);
     if url.starts_with("sqlite:") {
         let mut options = SqliteConnectOptions::from_str(&url).map_err(|e| format!("invalid SQLite URL: {e}"))?;
-        // A relative file is relative to the definitions file.
+        // A relative file is in the registry's data_dir, else next to the definitions file.
         let file = options.get_filename().to_path_buf();
         if file.is_relative() && file.as_os_str() != ":memory:" {
             options = options.filename(base.join(file));

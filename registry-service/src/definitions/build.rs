@@ -142,7 +142,7 @@ pub fn under_root(root: &Path, relative: &str) -> Option<PathBuf> {
 }
 
 /// Check the whole file and build the catalog, or report every mistake.
-pub fn catalog(file: File, base: &Path) -> Result<Catalog, Vec<Issue>> {
+pub fn catalog(file: File, base: &Path, data_dir: Option<&Path>) -> Result<Catalog, Vec<Issue>> {
     let mut issues = Issues::default();
 
     let mut sets = Vec::new();
@@ -157,7 +157,7 @@ pub fn catalog(file: File, base: &Path) -> Result<Catalog, Vec<Issue>> {
         }
     }
 
-    let (databases, problems) = Databases::build(&file.databases, base);
+    let (databases, problems) = Databases::build(&file.databases, data_dir.unwrap_or(base));
     for (line, column, message) in problems {
         issues.0.push(Issue { line, column, message });
     }

@@ -52,19 +52,34 @@ impl std::error::Error for DefinitionsError {}
 
 /// Read, check and assemble the catalog a definitions file describes.
 pub fn load(path: &Path) -> Result<Catalog, DefinitionsError> {
+    load_in(path, None)
+}
+
+/// [`load`], with relative SQLite files of `databases` in `data_dir` when given (else next to
+/// the definitions file, like its other relative paths).
+pub fn load_in(path: &Path, data_dir: Option<&Path>) -> Result<Catalog, DefinitionsError> {
     let shown = path.display().to_string();
     let fail = |parse: String| DefinitionsError { path: shown.clone(), parse: Some(parse), issues: vec![] };
     let text = std::fs::read_to_string(path).map_err(|e| fail(format!("cannot read: {e}")))?;
     let base = path.parent().map(Path::to_path_buf).unwrap_or_default();
-    load_str(&text, &base, &shown)
+    load_str_in(&text, &base, data_dir, &shown)
 }
 
 /// The same from text: `base` is where relative paths point, `shown` names the file in errors.
 pub fn load_str(text: &str, base: &Path, shown: &str) -> Result<Catalog, DefinitionsError> {
+    load_str_in(text, base, None, shown)
+}
+
+/// [`load_str`] with the data directory of [`load_in`].
+pub fn load_str_in(text: &str, base: &Path, data_dir: Option<&Path>, shown: &str) -> Result<Catalog, DefinitionsError> {
     let fail = |parse: String| DefinitionsError { path: shown.to_owned(), parse: Some(parse), issues: vec![] };
     let file: model::File = serde_saphyr::from_str_with_options(text, serde_saphyr::options! { strict_booleans: true })
         .map_err(|e| fail(e.to_string()))?;
-    build::catalog(file, base).map_err(|issues| DefinitionsError { path: shown.to_owned(), parse: None, issues })
+    build::catalog(file, base, data_dir).map_err(|issues| DefinitionsError {
+        path: shown.to_owned(),
+        parse: None,
+        issues,
+    })
 }
 
 #[cfg(test)]

@@ -36,7 +36,12 @@ fn resource_files(catalog: &Catalog) -> HashMap<String, (PathBuf, Option<Vec<u8>
 }
 
 /// Watch `path` and keep `handle` current until `shutdown`.
-pub fn spawn(path: PathBuf, handle: CatalogHandle, shutdown: CancellationToken) -> notify::Result<()> {
+pub fn spawn(
+    path: PathBuf,
+    data_dir: Option<PathBuf>,
+    handle: CatalogHandle,
+    shutdown: CancellationToken,
+) -> notify::Result<()> {
     let (tx, mut rx) = mpsc::channel::<()>(64);
     let mut watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
         if event.is_ok() {
@@ -81,7 +86,7 @@ pub fn spawn(path: PathBuf, handle: CatalogHandle, shutdown: CancellationToken) 
                     );
                     continue;
                 }
-                match super::load(&path) {
+                match super::load_in(&path, data_dir.as_deref()) {
                     Ok(catalog) => {
                         files = resource_files(&catalog);
                         for (file, _) in files.values() {

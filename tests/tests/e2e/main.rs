@@ -3,6 +3,7 @@
 
 mod auth;
 mod definitions;
+mod deployment;
 mod errors;
 mod faults;
 mod faults_load;
