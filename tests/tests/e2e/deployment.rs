@@ -224,3 +224,37 @@ tools:
     assert!(!out.status.success(), "{err}");
     assert!(err.contains(ro.to_str().expect("utf-8")) && err.contains("not writable"), "{err}");
 }
+
+/// The address the gateway passes to oauth-service on `/oauth/*` is the forwarded client's
+/// behind a trusted proxy: oauth-service's per-address token limit counts each client.
+#[tokio::test]
+async fn oauth_service_sees_the_forwarded_client_behind_trusted_proxies() {
+    let gw = Proc::start_with_env(
+        "gateway",
+        &["--standalone", "--listen", "127.0.0.1:0"],
+        &[("OAUTH_TOKEN_PER_MINUTE", "2"), ("GATEWAY_TRUSTED_PROXIES", r#"["127.0.0.0/8", "::1/128"]"#)],
+        "gateway",
+    )
+    .await;
+    let token = |forwarded: &'static str| {
+        let url = format!("{}/oauth/token", gw.url());
+        async move {
+            e2e::http()
+                .post(url)
+                .header("x-forwarded-for", forwarded)
+                .form(&[("grant_type", "client_credentials"), ("client_id", "nobody"), ("client_secret", "x")])
+                .send()
+                .await
+                .expect("POST /oauth/token")
+                .status()
+                .as_u16()
+        }
+    };
+    let mut a = Vec::new();
+    for _ in 0..3 {
+        a.push(token("198.51.100.1").await);
+    }
+    assert_eq!(a[2], 429, "client A is limited: {a:?}");
+    let b = token("198.51.100.2").await;
+    assert_ne!(b, 429, "client B has its own budget");
+}
