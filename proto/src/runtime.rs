@@ -188,6 +188,13 @@ mod tests {
         .expect("loads");
         assert_eq!(got.password.as_deref(), Some("12345"));
         assert_eq!(got.tokens, ["a", "b"]);
+        let tables = file("[{ name = \"ci\", sha256 = \"abc\" }]\n");
+        let values = file_values("APP_", vars(&[("APP_API_TOKENS_FILE", tables.path().to_str().expect("utf-8"))]))
+            .expect("values");
+        assert!(
+            matches!(&values[..], [(k, Value::Array(_, items))] if k == "api_tokens" && matches!(items[..], [Value::Dict(..)])),
+            "an array of tables, as GATEWAY_API_TOKENS takes: {values:?}"
+        );
         let values =
             file_values("APP_", vars(&[("APP_PASSWORD_FILE", pw.path().to_str().expect("utf-8"))])).expect("values");
         assert!(matches!(&values[..], [(k, Value::String(..))] if k == "password"));
