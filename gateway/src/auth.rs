@@ -81,6 +81,8 @@ pub struct Auth {
     /// A signature check costs far more than the rest of a request; a token is sent again and
     /// again until it expires, so it is checked once.
     verified: Mutex<HashMap<[u8; 32], (Principal, u64)>>,
+    /// Held while the key set is fetched again.
+    refresh: tokio::sync::Mutex<()>,
 }
 
 /// At most this many verified tokens are remembered (all are forgotten when it is reached).
@@ -146,6 +148,7 @@ impl Auth {
             client: Client::builder(TokioExecutor::new()).build(connector),
             keys: Mutex::new((HashMap::new(), None)),
             verified: Mutex::default(),
+            refresh: tokio::sync::Mutex::new(()),
         })
     }
 
@@ -271,15 +274,23 @@ impl Auth {
     }
 
     async fn key(&self, kid: &str) -> Option<DecodingKey> {
-        let due = {
-            let keys = self.keys.lock().ok()?;
-            if let Some(key) = keys.0.get(kid) {
-                return Some(key.clone());
-            }
-            keys.1.is_none_or(|at| at.elapsed() >= REFRESH_EVERY)
+        let known = |this: &Self| -> Option<Result<DecodingKey, Option<Instant>>> {
+            let keys = this.keys.lock().ok()?;
+            Some(keys.0.get(kid).cloned().ok_or(keys.1))
         };
-        if !due {
-            return None;
+        if let Ok(key) = known(self)? {
+            return Some(key);
+        }
+        // An unknown key: fetch the set again, one fetch at a time and at most once per
+        // `REFRESH_EVERY` (a token signed just after a fetch waits for the next one rather than
+        // being refused; tokens naming keys that do not exist cannot make it fetch more often).
+        let _one_at_a_time = tokio::time::timeout(2 * REFRESH_EVERY, self.refresh.lock()).await.ok()?;
+        let last = match known(self)? {
+            Ok(key) => return Some(key),
+            Err(last) => last,
+        };
+        if let Some(wait) = last.and_then(|at| REFRESH_EVERY.checked_sub(at.elapsed())) {
+            tokio::time::sleep(wait).await;
         }
         let fetched = self.fetch().await;
         let mut keys = self.keys.lock().ok()?;

@@ -1,6 +1,9 @@
 use clap::Parser as _;
 use registry_service::config::Cli;
 
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[tokio::main]
 async fn main() {
     let _telemetry = mcp_proto::telemetry::init("registry-service");

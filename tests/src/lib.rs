@@ -32,6 +32,13 @@ pub fn http() -> reqwest::Client {
     reqwest::Client::builder().timeout(REPLY_TIMEOUT).build().expect("HTTP client")
 }
 
+/// The Prometheus text a service serves at `base` + `/metrics` (checked to be 200).
+pub async fn metrics(base: &str) -> String {
+    let r = http().get(format!("{base}/metrics")).send().await.expect("GET /metrics");
+    assert_eq!(r.status().as_u16(), 200, "GET {base}/metrics");
+    r.text().await.expect("text")
+}
+
 /// The path of a file in `examples/`.
 pub fn example(name: &str) -> String {
     format!("{}/../examples/{name}", env!("CARGO_MANIFEST_DIR"))

@@ -56,6 +56,8 @@ pub struct Row {
     pub loadgen_cpu_pct: f64,
     /// CPU used by everything else on the machine over wall time: noise (100 = one core).
     pub other_cpu_pct: f64,
+    /// Server CPU per correct answer, by process (what to request for each component).
+    pub cpu_us_per_req_by_process: Vec<(String, f64)>,
     /// Peak resident memory of each process during this measurement, KiB.
     pub peak_rss_kib: Vec<(String, u64)>,
     /// WARN/ERROR lines the server logged during this measurement, and the last few.
@@ -194,7 +196,9 @@ async fn scenario(
         results.peak_rss_per_measurement &= server.reset_peaks();
         let _ = server.take_warnings();
         let (server0, own0, all0, warn0) = (server.cpu_ticks(), own_ticks(), all_ticks(), server.warnings());
+        let by_process0 = server.cpu_ticks_by_process();
         let outcome = fleet.go().await;
+        let by_process1 = server.cpu_ticks_by_process();
         let (server1, own1, all1, warn1) = (server.cpu_ticks(), own_ticks(), all_ticks(), server.warnings());
         let secs = outcome.elapsed.as_secs_f64().max(1e-9);
         let (server_ticks, own_ticks) = (server1.saturating_sub(server0), own1.saturating_sub(own0));
@@ -223,6 +227,14 @@ async fn scenario(
             server_cpu_pct: server_cpu_s * 100.0 / secs,
             loadgen_cpu_pct: own_cpu_s * 100.0 / secs,
             other_cpu_pct: other_ticks as f64 / clock.ticks_per_s * 100.0 / secs,
+            cpu_us_per_req_by_process: by_process0
+                .iter()
+                .zip(&by_process1)
+                .map(|((name, t0), (_, t1))| {
+                    let cpu_s = t1.saturating_sub(*t0) as f64 / clock.ticks_per_s;
+                    (name.clone(), cpu_s * 1e6 / outcome.ok.max(1) as f64)
+                })
+                .collect(),
             peak_rss_kib: server.peaks(),
             server_warnings: warn1.saturating_sub(warn0),
             warning_samples: server.take_warnings(),

@@ -198,6 +198,11 @@ impl Server {
         self.procs.iter().filter_map(|p| procs::cpu_ticks(p.pid)).sum()
     }
 
+    /// CPU ticks used so far by each of the server's processes.
+    pub fn cpu_ticks_by_process(&self) -> Vec<(String, u64)> {
+        self.procs.iter().map(|p| (p.name.clone(), procs::cpu_ticks(p.pid).unwrap_or(0))).collect()
+    }
+
     /// Start a new peak-memory window in every process; `false` if not permitted.
     pub fn reset_peaks(&self) -> bool {
         self.procs.iter().all(|p| procs::reset_peak_rss(p.pid))

@@ -384,7 +384,14 @@ async fn registry_killed_under_load_and_back() {
         outage.iter().filter(|o| o.kind == Kind::List).all(|o| o.failure.is_none()),
         "lists served during the outage: {summary}"
     );
-    let odd: Vec<_> = calls.iter().filter(|o| o.failure.as_deref() != Some("200 JSON-RPC -32603")).collect();
+    // A call may also succeed if it was still under way when the registry started again.
+    let odd: Vec<_> = calls
+        .iter()
+        .filter(|o| match o.failure.as_deref() {
+            Some(f) => f != "200 JSON-RPC -32603",
+            None => o.started + o.took < restarted,
+        })
+        .collect();
     assert!(odd.is_empty(), "calls get a JSON-RPC error with their id: {summary}; not so: {odd:?}");
     assert_eq!(ready_during, 200, "the gateway stays ready: mcp-service serves lists from its snapshot");
     assert_eq!(

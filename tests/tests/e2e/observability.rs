@@ -99,9 +99,7 @@ fn free_port() -> u16 {
 }
 
 async fn metrics(port: u16) -> String {
-    let r = e2e::http().get(format!("http://127.0.0.1:{port}/metrics")).send().await.expect("GET /metrics");
-    assert_eq!(r.status().as_u16(), 200);
-    r.text().await.expect("text")
+    e2e::metrics(&format!("http://127.0.0.1:{port}")).await
 }
 
 #[tokio::test]

@@ -76,14 +76,7 @@ http {{\n  access_log off;\n  client_body_temp_path {d}/body;\n  proxy_temp_path
 
 /// How many `/mcp` requests a gateway has counted.
 async fn served(gateway: &Proc) -> f64 {
-    let text = e2e::http()
-        .get(format!("{}/metrics", gateway.url()))
-        .send()
-        .await
-        .expect("GET /metrics")
-        .text()
-        .await
-        .expect("text");
+    let text = e2e::metrics(&gateway.url()).await;
     text.lines()
         .filter(|l| l.starts_with("gateway_http_requests_total{route=\"/mcp\""))
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())

@@ -23,14 +23,7 @@ fn counter(text: &str, name: &str, labels: &str) -> u64 {
 }
 
 async fn hits(gateway: &Proc) -> u64 {
-    let text = e2e::http()
-        .get(format!("{}/metrics", gateway.url()))
-        .send()
-        .await
-        .expect("GET /metrics")
-        .text()
-        .await
-        .expect("text");
+    let text = e2e::metrics(&gateway.url()).await;
     counter(&text, "gateway_result_cache_total", "outcome=\"hit\"")
 }
 

@@ -178,15 +178,16 @@ fn all_rows(s: &mut String, results: &Results) {
     let _ = writeln!(s, "## Every measurement\n");
     let _ = writeln!(
         s,
-        "| server | scenario | era | tools | conns | ok | errors | req/s | mean µs | p50 µs | p99 µs | p99.9 µs | max µs | CPU µs/req | server CPU % | load gen CPU % | other CPU % | peak RSS MiB (per process) | log warnings |"
+        "| server | scenario | era | tools | conns | ok | errors | req/s | mean µs | p50 µs | p99 µs | p99.9 µs | max µs | CPU µs/req | CPU µs/req (per process) | server CPU % | load gen CPU % | other CPU % | peak RSS MiB (per process) | log warnings |"
     );
-    let _ = writeln!(s, "|---|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|--:|");
+    let _ = writeln!(s, "|---|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|--:|--:|--:|---|--:|");
     for r in &results.rows {
         let rss: Vec<String> =
             r.peak_rss_kib.iter().map(|(name, k)| format!("{name} {:.1}", *k as f64 / 1024.0)).collect();
+        let cpu: Vec<String> = r.cpu_us_per_req_by_process.iter().map(|(name, us)| format!("{name} {us:.0}")).collect();
         let _ = writeln!(
             s,
-            "| {} | {} | {} | {} | {} | {} | {} | {:.0} | {:.0} | {} | {} | {} | {} | {} | {:.0} | {:.0} | {:.0} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} | {} | {:.0} | {:.0} | {} | {} | {} | {} | {} | {} | {:.0} | {:.0} | {:.0} | {} | {} |",
             r.server.name(),
             r.op.label(),
             r.era.version(),
@@ -201,6 +202,7 @@ fn all_rows(s: &mut String, results: &Results) {
             r.p999_us,
             r.max_us,
             number(r.cpu_us_per_req),
+            cpu.join(", "),
             r.server_cpu_pct,
             r.loadgen_cpu_pct,
             r.other_cpu_pct,
