@@ -58,8 +58,8 @@ tests/browser/run.sh || status=1
 step "benchmark smoke (every server and scenario, answers checked, no timing assertions)"
 cargo run -q -p bench --locked -- --smoke --bin-dir target/debug --out target/bench-smoke >/dev/null || status=1
 
-step "tests"
-cargo nextest run --workspace --locked --no-fail-fast || status=1
+step "tests (the soak under sign-in runs ${SOAK_SECONDS:-180} s)"
+SOAK_SECONDS="${SOAK_SECONDS:-180}" cargo nextest run --workspace --locked --no-fail-fast || status=1
 
 step "fuzzing (every target, ${FUZZ_SECONDS:-20} s each, committed corpus replayed first)"
 scripts/fuzz.sh || status=1

@@ -61,6 +61,16 @@ pub async fn call(engine: &Engine, req: &Request<'_>, catalog: &CatalogView) -> 
     Ok(shape::call_result(result, req.revision, req.modern()))
 }
 
+/// Read a call's stream to its end (the registry ends it right after the last event): dropping
+/// it unread resets the HTTP/2 stream, and too many resets close the connection with every call
+/// on it.
+async fn finish(mut events: tonic::Streaming<pb::ToolEvent>) {
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(1), async {
+        while let Ok(Some(_)) = events.message().await {}
+    })
+    .await;
+}
+
 /// One call to the registry: relay progress and log events, return what the tool produced.
 async fn one_round(
     engine: &Engine,
@@ -105,14 +115,19 @@ async fn one_round(
                 }
                 req.notify("notifications/message", params).await;
             }
-            Some(Event::ResultJson(bytes)) => return Ok(Handled::Complete(input::parse(&bytes)?)),
+            Some(Event::ResultJson(bytes)) => {
+                finish(events).await;
+                return Ok(Handled::Complete(input::parse(&bytes)?));
+            }
             Some(Event::InputRequired(i)) => {
+                finish(events).await;
                 return Ok(Handled::InputRequired {
                     requests: input::parse(&i.input_requests_json)?,
                     state: input::parse(&i.state_json)?,
                 });
             }
             Some(Event::MissingCapabilitiesJson(caps)) => {
+                finish(events).await;
                 return Ok(Handled::MissingCapabilities(input::parse(&caps)?));
             }
             None => {}
