@@ -14,7 +14,7 @@ use futures_util::StreamExt as _;
 use mcp_proto::outbound::{client, error_chain, literal_refused};
 use serde_json::{Value, json};
 
-use super::templates::{Templates, expand_env};
+use super::templates::{self, Templates, expand_env};
 use super::{ToolContext, json_result};
 use crate::catalog::{Outcome, ToolError, ToolHandler, text_result};
 use crate::definitions::model::HttpDef;
@@ -52,7 +52,7 @@ pub fn tool(def: &HttpDef, cx: &ToolContext<'_>) -> Result<ToolHandler, Vec<Stri
             }
         }
     };
-    add("url", &def.url, "http.url", &mut problems);
+    add(templates::URL, &def.url, "http.url", &mut problems);
     for (k, v) in &def.headers {
         if reqwest::header::HeaderName::from_bytes(k.as_bytes()).is_err() {
             problems.push(format!("http.headers: `{k}` is not a header name"));
@@ -120,7 +120,7 @@ impl Upstream {
 
     async fn call_traced(&self, args: &Value) -> Result<Outcome, ToolError> {
         let render = |name: &str| self.templates.render(name, args).map_err(ToolError::Internal);
-        let url = render("url")?;
+        let url = render(templates::URL)?;
         let mut url = match reqwest::Url::parse(url.trim()) {
             Ok(u) if matches!(u.scheme(), "http" | "https") => u,
             _ => return failed(format!("The tool's URL `{url}` is not an http(s) URL.")),

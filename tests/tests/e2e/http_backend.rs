@@ -30,7 +30,11 @@ async fn upstream() -> std::net::SocketAddr {
             }),
         )
         .route("/big", get(|| async { "x".repeat(100_000) }))
-        .route("/echo", post(|Json(body): Json<Value>| async move { Json(json!({"received": body})) }));
+        .route("/echo", post(|Json(body): Json<Value>| async move { Json(json!({"received": body})) }))
+        .route(
+            "/users/{*rest}",
+            get(|uri: axum::http::Uri| async move { Json(json!({"path": uri.path(), "query": uri.query()})) }),
+        );
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let addr = listener.local_addr().expect("addr");
     tokio::spawn(async move { axum::serve(listener, app).await.expect("upstream") });
@@ -61,6 +65,12 @@ tools:
     http: {{ method: POST, url: "http://{addr}/echo", body: '{{"note": {{{{ note | tojson }}}}}}' }}
   - name: by_name
     http: {{ url: "http://localhost:{port}/forecast" }}
+  - name: user
+    input_schema: {{ type: object, properties: {{ id: {{ type: string }} }}, required: [id] }}
+    http: {{ url: "http://{addr}/users/{{{{ id }}}}/profile" }}
+  - name: greet
+    input_schema: {{ type: object, properties: {{ name: {{ type: string }} }}, required: [name] }}
+    text: "Hello {{{{ name }}}}"
 "#,
         port = addr.port()
     )
@@ -123,4 +133,30 @@ async fn http_definitions_are_checked_at_start() {
     for expected in ["defs.yaml:2:5", "citty", "FETCH", "NOT_SET_ANYWHERE"] {
         assert!(err.contains(expected), "{expected}: {err}");
     }
+}
+
+/// Arguments are values, never structure: placed in a URL they are percent-encoded (no path
+/// traversal, no injected query, fragment or host on the upstream), and no template ever
+/// evaluates what an argument says.
+#[tokio::test]
+async fn arguments_cannot_inject_into_urls_or_templates() {
+    let addr = upstream().await;
+    let served = e2e::Served::definitions(&definitions(addr, true), &[("UPSTREAM_KEY", "s3cret")]).await;
+    let c = &served.client;
+    let call = |id: &str| c.modern(1, "tools/call", json!({"name": "user", "arguments": {"id": id}}));
+    let received = |r: &e2e::Reply| -> Value { serde_json::from_str(&text(r)).expect("upstream JSON") };
+
+    let r = call("42").await;
+    assert_eq!(received(&r), json!({"path": "/users/42/profile", "query": null}), "{}", r.text);
+    for (id, path) in [
+        ("../../admin", "/users/..%2F..%2Fadmin/profile"),
+        ("1?role=root#top", "/users/1%3Frole%3Droot%23top/profile"),
+        ("x@evil.example:1/", "/users/x%40evil.example%3A1%2F/profile"),
+        ("a b%2F", "/users/a%20b%252F/profile"),
+    ] {
+        let r = call(id).await;
+        assert_eq!(received(&r), json!({"path": path, "query": null}), "{id}: {}", r.text);
+    }
+    let r = c.modern(2, "tools/call", json!({"name": "greet", "arguments": {"name": "{{ 7*7 }}{% raw %}"}})).await;
+    assert_eq!(text(&r), "Hello {{ 7*7 }}{% raw %}");
 }
