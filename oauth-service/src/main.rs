@@ -1,9 +1,6 @@
 use clap::Parser as _;
 use oauth_service::config::Cli;
 
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 #[tokio::main]
 async fn main() {
     let _telemetry = mcp_proto::telemetry::init("oauth-service");
