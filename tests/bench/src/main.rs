@@ -137,6 +137,16 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// Every server, but the Python SDK only in full runs and when its environment is installed
+/// (the smoke run of the test command checks our servers and the Rust references).
+fn default_servers(smoke: bool) -> Vec<Kind> {
+    let python = !smoke && servers::python_sdk().is_file();
+    if !smoke && !python {
+        eprintln!("note: no Python SDK environment (tests/clients/run.sh installs one): python-sdk skipped");
+    }
+    Kind::ALL.into_iter().filter(|k| *k != Kind::PythonSdk || python).collect()
+}
+
 fn plan(cli: &Cli) -> anyhow::Result<Plan> {
     let secs = |what: &str, v: f64| {
         anyhow::ensure!(v.is_finite() && v >= 0.0, "--{what} must be a number of seconds");
@@ -155,7 +165,7 @@ fn plan(cli: &Cli) -> anyhow::Result<Plan> {
     let pinned = !cli.no_pin && two_cores && procs::have_taskset() && procs::pin_self(1);
     Ok(Plan {
         smoke: cli.smoke,
-        servers: if cli.servers.is_empty() { Kind::ALL.to_vec() } else { cli.servers.clone() },
+        servers: if cli.servers.is_empty() { default_servers(cli.smoke) } else { cli.servers.clone() },
         catalogs,
         concurrency,
         duration,

@@ -25,11 +25,13 @@ pub enum Kind {
     /// The same with sign-in on: every request carries a JWT access token (client
     /// credentials) that the gateway checks against the authorisation server's keys.
     MicroservicesJwt,
+    /// The official Python SDK (reference; when its virtual environment is there).
+    PythonSdk,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 5] =
-        [Kind::BareHyper, Kind::Rmcp, Kind::Standalone, Kind::Microservices, Kind::MicroservicesJwt];
+    pub const ALL: [Kind; 6] =
+        [Kind::BareHyper, Kind::Rmcp, Kind::Standalone, Kind::Microservices, Kind::MicroservicesJwt, Kind::PythonSdk];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -38,6 +40,7 @@ impl Kind {
             Kind::Standalone => "standalone",
             Kind::Microservices => "microservices",
             Kind::MicroservicesJwt => "microservices-jwt",
+            Kind::PythonSdk => "python-sdk",
         }
     }
 
@@ -49,7 +52,7 @@ impl Kind {
         }
         match self {
             Kind::BareHyper => op == Op::List && tools == catalog::REFERENCE_TOOLS,
-            Kind::Rmcp => tools == catalog::REFERENCE_TOOLS,
+            Kind::Rmcp | Kind::PythonSdk => tools == catalog::REFERENCE_TOOLS,
             Kind::Standalone | Kind::Microservices => tools == catalog::REFERENCE_TOOLS || op == Op::List,
             Kind::MicroservicesJwt => tools == catalog::REFERENCE_TOOLS,
         }
@@ -95,6 +98,12 @@ impl Launch<'_> {
             Kind::Rmcp => {
                 let resource = self.files.resource.to_string_lossy().into_owned();
                 self.one(&mut procs, &own, s(&["serve-rmcp", "--resource", &resource]), "rmcp").await?
+            }
+            Kind::PythonSdk => {
+                let script = self.files.write("python_sdk.py", include_str!("refs/python_sdk.py"))?;
+                let resource = self.files.resource.to_string_lossy().into_owned();
+                let args = s(&[&script.to_string_lossy(), "--resource", &resource]);
+                self.one(&mut procs, &python_sdk(), args, "python-sdk").await?
             }
             Kind::Standalone => {
                 let args = s(&["--standalone", "--listen", &any, "--definitions", &defs]);
@@ -150,6 +159,15 @@ impl Launch<'_> {
         procs.push(proc);
         Ok(addr)
     }
+}
+
+/// The Python interpreter with the official SDK: `BENCH_PYTHON`, or the virtual environment
+/// the SDK client tests install (`tests/clients/run.sh`).
+pub fn python_sdk() -> std::path::PathBuf {
+    std::env::var_os("BENCH_PYTHON").map_or_else(
+        || Path::new(env!("CARGO_MANIFEST_DIR")).join("../clients/python/.venv/bin/python"),
+        std::path::PathBuf::from,
+    )
 }
 
 /// The stored form of a client secret, from `oauth-service hash-secret`.

@@ -22,6 +22,7 @@ fn color(kind: Kind) -> &'static str {
         Kind::Standalone => "#1b9e77",
         Kind::Microservices => "#7570b3",
         Kind::MicroservicesJwt => "#e7298a",
+        Kind::PythonSdk => "#e6ab02",
     }
 }
 
