@@ -22,7 +22,6 @@ use tonic_health::pb::health_client::HealthClient;
 use tower_http::cors::{AllowOrigin, CorsLayer};
 use tower_http::limit::RequestBodyLimitLayer;
 use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
-use tower_http::trace::TraceLayer;
 
 use crate::era;
 use crate::forward::{self, rpc_error};
@@ -90,8 +89,6 @@ pub fn router(state: Arc<Gateway>, max_body_bytes: usize) -> Router {
         .layer(axum::middleware::from_fn(crate::observe::observe))
         // CORS answers preflights before anything else runs.
         .layer(cors)
-        // One span per request, carrying the request id.
-        .layer(TraceLayer::new_for_http())
         // Echo the request id to the client.
         .layer(PropagateRequestIdLayer::new(REQUEST_ID))
         // Give every request an id (kept if the client sent one).
@@ -276,12 +273,7 @@ async fn mcp_post(
         }
     };
     let labels = crate::observe::McpLabels { method, era: if era == Era::Modern { "modern" } else { "legacy" } };
-    let span = tracing::Span::current();
-    span.record("mcp.method", labels.method);
-    span.record("mcp.era", labels.era);
-    if let Some(p) = &principal {
-        span.record("enduser.id", p.subject.as_str());
-    }
+    crate::observe::record_mcp(&tracing::Span::current(), &labels, principal.as_ref().map(|p| p.subject.as_str()));
     if let (Some(key), Some(id)) = (&cache_key, &id)
         && let Some(reply) = gw.cache.reply(key, id)
     {

@@ -29,9 +29,28 @@ fn route(path: &str) -> &'static str {
     }
 }
 
+/// Record what `/mcp` learned about a request on its span, in one go (one re-formatting of the
+/// span's fields for the JSON logs instead of one per field).
+pub fn record_mcp(span: &tracing::Span, labels: &McpLabels, caller: Option<&str>) {
+    let Some(fields) = span.metadata().map(tracing::Metadata::fields) else { return };
+    let (Some(method), Some(era), Some(user)) =
+        (fields.field("mcp.method"), fields.field("mcp.era"), fields.field("enduser.id"))
+    else {
+        return;
+    };
+    span.record_all(&fields.value_set(&[
+        (&method, Some(&labels.method as &dyn tracing::Value)),
+        (&era, Some(&labels.era as &dyn tracing::Value)),
+        (&user, caller.as_ref().map(|c| c as &dyn tracing::Value)),
+    ]));
+}
+
 pub async fn observe(req: Request, next: Next) -> Response {
     let route = route(req.uri().path());
     let method = req.method().clone();
+    // Fields known now are set now: with JSON logs each later `record` re-reads and re-writes
+    // the span's formatted fields.
+    let request_id = req.headers().get("x-request-id").and_then(|v| v.to_str().ok());
     let span = tracing::info_span!(
         "gateway.request",
         otel.name = %format!("{method} {route}"),
@@ -39,15 +58,12 @@ pub async fn observe(req: Request, next: Next) -> Response {
         http.request.method = %method,
         http.route = route,
         http.response.status_code = Empty,
-        request_id = Empty,
+        request_id = request_id,
         trace_id = Empty,
         mcp.method = Empty,
         mcp.era = Empty,
         enduser.id = Empty,
     );
-    if let Some(id) = req.headers().get("x-request-id").and_then(|v| v.to_str().ok()) {
-        span.record("request_id", id);
-    }
     mcp_proto::telemetry::extract_http(&span, req.headers());
     let started = Instant::now();
     let in_flight = metrics::gauge!("gateway_http_in_flight_requests");
