@@ -262,26 +262,43 @@ def check_deployments(s):
                     errs.append("no %s.%s" % (part, r))
         report(s.name, "%s: security context, requests and limits" % comp, errs)
 
-    # Service URLs reach the component's listen port through a Service of the set.
+    # Service URLs reach the component's listen port through a Service of the set; a
+    # dns:///name:port target names a headless Service (its DNS answer is the pods, reached on
+    # their own port: the target's port must be the listen port); a comma-separated list has
+    # every URL checked.
     errs = []
     for src, var, dst in UPSTREAMS:
         sdep, ddep = s.deployment(src), s.deployment(dst)
         if not sdep or not ddep:
             continue
-        url = env_of(s, container(sdep)).get(var)
-        u = urllib.parse.urlsplit(url or "")
-        svc = s.get("Service", (u.hostname or "").split(".")[0])
-        if svc is None:
-            errs.append("%s %s=%s: no Service %r in the set" % (src, var, url, u.hostname))
-            continue
-        if not selects({"matchLabels": svc["spec"].get("selector") or {}}, ddep["spec"]["template"]["metadata"]["labels"]):
-            errs.append("Service %s does not select the %s pods" % (svc["metadata"]["name"], dst))
-        sp = next((p for p in svc["spec"]["ports"] if p["port"] == u.port), None)
+        value = env_of(s, container(sdep)).get(var) or ""
         dlisten = port_of(env_of(s, container(ddep)).get(PREFIX[dst] + "LISTEN"))
-        if sp is None:
-            errs.append("%s %s=%s: Service %s has no port %s" % (src, var, url, svc["metadata"]["name"], u.port))
-        elif container_port(container(ddep), sp.get("targetPort", sp["port"])) != dlisten:
-            errs.append("Service %s port %s does not reach %s's listen port %s" % (svc["metadata"]["name"], u.port, dst, dlisten))
+        for url in [v.strip() for v in value.split(",")]:
+            headless = url.startswith("dns:")
+            if headless:
+                name, _, port = url[len("dns:"):].lstrip("/").rpartition(":")
+                host, port = name, int(port) if port.isdigit() else None
+            else:
+                u = urllib.parse.urlsplit(url)
+                host, port = u.hostname or "", u.port
+            svc = s.get("Service", host.split(".")[0])
+            if svc is None:
+                errs.append("%s %s=%s: no Service %r in the set" % (src, var, url, host))
+                continue
+            sname = svc["metadata"]["name"]
+            if not selects({"matchLabels": svc["spec"].get("selector") or {}}, ddep["spec"]["template"]["metadata"]["labels"]):
+                errs.append("Service %s does not select the %s pods" % (sname, dst))
+            if headless != (svc["spec"].get("clusterIP") == "None"):
+                errs.append("%s %s=%s: Service %s %s headless" % (src, var, url, sname, "is not" if headless else "is"))
+            if headless and svc["spec"].get("publishNotReadyAddresses"):
+                errs.append("Service %s publishes pods that are not ready" % sname)
+            sp = next((p for p in svc["spec"]["ports"] if p["port"] == port), None)
+            if sp is None:
+                errs.append("%s %s=%s: Service %s has no port %s" % (src, var, url, sname, port))
+            elif container_port(container(ddep), sp.get("targetPort", sp["port"])) != dlisten:
+                errs.append("Service %s port %s does not reach %s's listen port %s" % (sname, port, dst, dlisten))
+            elif headless and port != dlisten:
+                errs.append("%s %s=%s: through a headless Service the port must be the listen port %s" % (src, var, url, dlisten))
     report(s.name, "service URLs name Services that reach the listen ports", errs)
 
 

@@ -17,7 +17,6 @@ use mcp_proto::envelope::{self, Body, EnvelopeError};
 use mcp_proto::mcp::{self as pb, mcp_service_client::McpServiceClient};
 use mcp_proto::transport::GrpcChannel;
 use mcp_proto::vocab::{Era, ErrorCode};
-use tonic::transport::Channel;
 use tonic_health::pb::health_client::HealthClient;
 use tower_http::cors::{AllowOrigin, CorsLayer};
 use tower_http::limit::RequestBodyLimitLayer;
@@ -33,7 +32,7 @@ pub struct Gateway {
     /// Present when bearer tokens are required.
     pub auth: Option<crate::auth::Auth>,
     pub mcp: McpServiceClient<GrpcChannel>,
-    pub health: HealthClient<Channel>,
+    pub health: HealthClient<GrpcChannel>,
     pub oauth: OAuthProxy,
     pub policy: OriginPolicy,
     pub limits: crate::limits::Limits,
@@ -173,7 +172,9 @@ async fn mcp_delete(
             "Bad Request: Mcp-Session-Id required",
         );
     }
-    match gw.mcp.clone().end_session(forward::traced(pb::EndSessionRequest { session_id, principal })).await {
+    let mut request = forward::traced(pb::EndSessionRequest { session_id: session_id.clone(), principal });
+    mcp_proto::balance::set_affinity(&mut request, &session_id);
+    match gw.mcp.clone().end_session(request).await {
         Ok(r) if r.get_ref().ended => StatusCode::NO_CONTENT.into_response(),
         Ok(_) => rpc_error(StatusCode::NOT_FOUND, None, ErrorCode(-32001), "Session not found"),
         Err(status) => {

@@ -13,7 +13,8 @@ use crate::headers::OriginPolicy;
 pub struct Config {
     /// HTTP listen address; port 0 picks a free port.
     pub listen: SocketAddr,
-    /// URL of mcp-service (`http://host:port`). Set by standalone mode itself.
+    /// mcp-service: a URL (`http://host:port`), several separated by commas, or
+    /// `dns:///host:port` (calls spread over the replicas). Set by standalone mode itself.
     pub mcp_service: Option<String>,
     /// URL of oauth-service (`http://host:port`). Set by standalone mode itself.
     pub oauth_service: Option<String>,
@@ -149,7 +150,8 @@ pub struct Cli {
     #[arg(long)]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub listen: Option<SocketAddr>,
-    /// mcp-service URL, e.g. http://127.0.0.1:50051.
+    /// mcp-service: a URL (http://127.0.0.1:50051), several separated by commas, or
+    /// dns:///host:port (every address of the name; calls spread over them).
     #[arg(long)]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub mcp_service: Option<String>,
@@ -188,6 +190,9 @@ impl Cli {
                 return Err(
                     "mcp_service: required unless --standalone (flag --mcp-service or GATEWAY_MCP_SERVICE)".into()
                 );
+            }
+            if let Some(target) = &config.mcp_service {
+                mcp_proto::balance::Target::parse(target).map_err(|e| format!("mcp_service: {e}"))?;
             }
             if config.oauth_service.is_none() {
                 return Err(

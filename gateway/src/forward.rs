@@ -113,7 +113,14 @@ pub async fn forward(
             "Internal error: upstream unavailable",
         )
     };
-    let mut frames: Streaming<pb::McpFrame> = match client.handle(traced(request)).await {
+    let session = request.session_id.clone();
+    let mut request = traced(request);
+    if !session.is_empty() {
+        // A legacy session's requests go to one mcp-service replica (its streams and the
+        // answers it awaits live there).
+        mcp_proto::balance::set_affinity(&mut request, &session);
+    }
+    let mut frames: Streaming<pb::McpFrame> = match client.handle(request).await {
         Ok(r) => r.into_inner(),
         Err(status) => return unavailable(status),
     };
@@ -189,7 +196,10 @@ pub async fn forward(
 
 /// A legacy session's standalone stream as SSE, until either side leaves.
 pub async fn listen(mut client: McpServiceClient<GrpcChannel>, request: pb::ListenRequest) -> Response {
-    let frames = match client.listen(traced(request)).await {
+    let session = request.session_id.clone();
+    let mut request = traced(request);
+    mcp_proto::balance::set_affinity(&mut request, &session);
+    let frames = match client.listen(request).await {
         Ok(r) => r.into_inner(),
         Err(status) if status.code() == tonic::Code::NotFound => {
             return rpc_error(StatusCode::NOT_FOUND, None, ErrorCode(-32001), "Session not found");

@@ -40,7 +40,6 @@ use std::time::Duration;
 use mcp_proto::mcp::mcp_service_client::McpServiceClient;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
-use tonic::transport::Endpoint;
 
 pub use config::Config;
 
@@ -86,12 +85,14 @@ pub async fn serve_with(
     }
     let mcp_url = config.mcp_service.clone().ok_or_else(|| Error::Config("mcp_service: not set".into()))?;
     let oauth_url = config.oauth_service.clone().ok_or_else(|| Error::Config("oauth_service: not set".into()))?;
-    let channel = Endpoint::from_shared(mcp_url.clone())
-        .map_err(|e| Error::Config(format!("mcp_service: invalid URL `{mcp_url}`: {e}")))?
-        .connect_timeout(Duration::from_secs(5))
-        .tcp_nodelay(true)
-        .http2_keep_alive_interval(Duration::from_secs(30))
-        .connect_lazy();
+    let target = mcp_proto::balance::Target::parse(&mcp_url).map_err(|e| Error::Config(format!("mcp_service: {e}")))?;
+    let channel = mcp_proto::balance::connect("mcp-service", &target, |endpoint| {
+        endpoint
+            .connect_timeout(Duration::from_secs(5))
+            .tcp_nodelay(true)
+            .http2_keep_alive_interval(Duration::from_secs(30))
+    })
+    .map_err(|e| Error::Config(format!("mcp_service: {e}")))?;
     let auth = if config.auth == "off" {
         None
     } else {
@@ -122,7 +123,7 @@ pub async fn serve_with(
     };
     let state = Arc::new(app::Gateway {
         auth,
-        mcp: McpServiceClient::new(engine.unwrap_or_else(|| mcp_proto::transport::network(channel.clone()))),
+        mcp: McpServiceClient::new(engine.unwrap_or_else(|| channel.clone())),
         health: tonic_health::pb::health_client::HealthClient::new(channel),
         oauth: oauth_proxy::OAuthProxy::new(&oauth_url).map_err(Error::Config)?,
         policy: config.origin_policy(addr),

@@ -12,7 +12,9 @@ use crate::dispatch::Settings;
 pub struct Config {
     /// gRPC listen address; port 0 picks a free port.
     pub listen: SocketAddr,
-    /// URL of registry-service (`http://host:port`); without it a registry runs in-process.
+    /// registry-service: a URL (`http://host:port`), several separated by commas, or
+    /// `dns:///host:port` (calls spread over the replicas); without it a registry runs
+    /// in-process.
     pub registry: Option<String>,
     /// Definitions file for the in-process registry.
     pub definitions: Option<PathBuf>,
@@ -71,7 +73,8 @@ pub struct Cli {
     #[arg(long)]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub listen: Option<SocketAddr>,
-    /// registry-service URL, e.g. http://127.0.0.1:50052.
+    /// registry-service: a URL (http://127.0.0.1:50052), several separated by commas, or
+    /// dns:///host:port (every address of the name; calls spread over them).
     #[arg(long)]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub registry: Option<String>,

@@ -35,7 +35,6 @@ use mcp_proto::registry::registry_client::RegistryClient;
 use mcp_proto::transport::GrpcChannel;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
-use tonic::transport::Endpoint;
 
 pub use config::Config;
 pub use dispatch::{Engine, Settings};
@@ -44,8 +43,8 @@ pub use dispatch::{Engine, Settings};
 pub enum StartError {
     #[error("cannot listen on {addr}: {source}")]
     Bind { addr: SocketAddr, source: std::io::Error },
-    #[error("invalid registry URL `{url}`: {source}")]
-    RegistryUrl { url: String, source: tonic::transport::Error },
+    #[error("registry: {0}")]
+    RegistryTarget(String),
     #[error(transparent)]
     Registry(#[from] registry_service::Error),
     #[error("gRPC server failed: {0}")]
@@ -56,13 +55,15 @@ pub enum StartError {
     Config(String),
 }
 
-/// A lazily connecting client for registry-service at `url`.
-pub fn registry_client(url: &str) -> Result<RegistryClient<GrpcChannel>, StartError> {
-    let endpoint = Endpoint::from_shared(url.to_owned())
-        .map_err(|source| StartError::RegistryUrl { url: url.to_owned(), source })?
-        .connect_timeout(std::time::Duration::from_secs(5))
-        .tcp_nodelay(true);
-    Ok(RegistryClient::new(mcp_proto::transport::network(endpoint.connect_lazy())))
+/// A lazily connecting client for registry-service at `target` (one URL, a comma-separated
+/// list, or `dns:///host:port`: see [`mcp_proto::balance`]). Call inside the runtime.
+pub fn registry_client(target: &str) -> Result<RegistryClient<GrpcChannel>, StartError> {
+    let parsed = mcp_proto::balance::Target::parse(target).map_err(StartError::RegistryTarget)?;
+    let channel = mcp_proto::balance::connect("registry-service", &parsed, |endpoint| {
+        endpoint.connect_timeout(std::time::Duration::from_secs(5)).tcp_nodelay(true)
+    })
+    .map_err(StartError::RegistryTarget)?;
+    Ok(RegistryClient::new(channel))
 }
 
 /// The engine for `config`: against the configured registry, or against one in this process

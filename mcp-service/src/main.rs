@@ -15,6 +15,10 @@ async fn main() {
             std::process::exit(mcp_proto::runtime::EXIT_CONFIG);
         }
     };
+    if let Some(Err(e)) = config.registry.as_deref().map(mcp_proto::balance::Target::parse) {
+        eprintln!("mcp-service: invalid configuration: registry: {e}");
+        std::process::exit(mcp_proto::runtime::EXIT_CONFIG);
+    }
     let shutdown = mcp_proto::runtime::shutdown_on_signal();
     let outcome = if cli.stdio {
         mcp_service::run_stdio(config, shutdown).await

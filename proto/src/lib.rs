@@ -9,8 +9,10 @@
 //! - [`jsonrpc`]: reply and notification builders around a raw id.
 //! - [`runtime`]: logging, configuration loading and shutdown signals shared by the binaries.
 //! - [`transport`]: one type for a gRPC connection over the network or in process.
+//! - [`balance`]: targets of one or several replicas, and calls spread over them.
 //! - [`header_codec`]: the `=?base64?…?=` sentinel used by `Mcp-Name` and `Mcp-Param-*`.
 
+pub mod balance;
 pub mod envelope;
 pub mod header_codec;
 pub mod jsonrpc;

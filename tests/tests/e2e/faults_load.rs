@@ -552,6 +552,62 @@ async fn sigterm_under_load_with_a_second_replica_fails_nothing() {
     drop((lb, mcp, registry));
 }
 
+/// The rolling update of mcp-service behind one gateway that spreads its calls over two
+/// replicas (a comma-separated target; in Kubernetes a `dns:///` headless Service): SIGTERM to
+/// one replica under load, slow calls in flight. It finishes what it holds; calls it no longer
+/// takes (refused connections or streams after its shutdown notice) go to the other replica.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sigterm_to_an_engine_replica_behind_one_gateway_fails_nothing() {
+    let registry = Proc::start("registry-service", &["--listen", "127.0.0.1:0"], "registry-service").await;
+    let engine = async || {
+        Proc::start_with_env(
+            "mcp-service",
+            &["--listen", "127.0.0.1:0", "--registry", &registry.url()],
+            &[
+                ("MCP_SERVICE_SHUTDOWN_GRACE_SECS", "10"),
+                ("MCP_SERVICE_STATE_SECRET", "replicas-share-this-secret-0123456789"),
+            ],
+            "mcp-service",
+        )
+        .await
+    };
+    let mcp_a = engine().await;
+    let mut mcp_b = engine().await;
+    let oauth = Proc::start("oauth-service", &["--listen", "127.0.0.1:0"], "oauth-service").await;
+    let target = format!("{},{}", mcp_a.url(), mcp_b.url());
+    let gateway = Proc::start(
+        "gateway",
+        &["--listen", "127.0.0.1:0", "--mcp-service", &target, "--oauth-service", &oauth.url()],
+        "gateway",
+    )
+    .await;
+    let mix =
+        Mix { url: format!("{}/mcp", gateway.url()), bearer: None, kinds: vec![Kind::Echo, Kind::Slow, Kind::List] };
+    let load = Load::start(&mix, 12, "echo");
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+
+    let logs = mcp_a.logs.clone();
+    let termed = Instant::now();
+    let status = tokio::spawn(mcp_a.terminate()).await.expect("join");
+    let drained = termed.elapsed();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let report = load.stop().await;
+    let summary = report.summary();
+    eprintln!("SIGTERM to one of two engines: {summary}; exited {status} after {drained:?}");
+
+    let text = logs.lock().expect("logs").join("\n");
+    assert!(status.success(), "exit 0: {status}\n{text}");
+    assert!(drained < Duration::from_secs(10), "drained before its deadline: {drained:?}");
+    assert_eq!(report.failed(), 0, "zero failed requests: {summary}");
+    assert!(
+        report.started_between(termed, termed + drained).any(|o| o.kind == Kind::Slow),
+        "slow calls were in flight"
+    );
+    assert!(report.done_before(termed + drained + Duration::from_millis(1500)).count() > 0);
+    assert!(alive(&mut mcp_b));
+    drop((gateway, oauth, registry));
+}
+
 /// SIGTERM reaches a registry-service with a connected mcp-service (which holds a catalog watch
 /// open) and an mcp-service with a connected gateway mid-stream: each drains and exits 0 in time,
 /// and the one left keeps answering lists from its snapshot.
