@@ -16,6 +16,7 @@ pub mod balance;
 pub mod envelope;
 pub mod header_codec;
 pub mod jsonrpc;
+pub mod log_fields;
 pub mod outbound;
 pub mod runtime;
 pub mod telemetry;

@@ -58,7 +58,13 @@ pub fn init(service: &'static str) -> Telemetry {
     let fmt = if json {
         // Each line carries the fields of the span it happened in: trace_id, request_id, the
         // MCP method and era.
-        fmt.json().flatten_event(true).with_current_span(true).with_span_list(false).with_filter(filter).boxed()
+        fmt.json()
+            .flatten_event(true)
+            .with_current_span(true)
+            .with_span_list(false)
+            .fmt_fields(crate::log_fields::AppendJsonFields)
+            .with_filter(filter)
+            .boxed()
     } else {
         fmt.with_ansi(false).with_filter(filter).boxed()
     };
