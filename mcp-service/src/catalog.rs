@@ -39,6 +39,10 @@ pub struct CatalogView {
     /// Each tool's `inputSchema`, compiled once per catalog version (`None` when the schema
     /// cannot be compiled; the registry refuses such schemas at load).
     validators: Vec<Option<jsonschema::Validator>>,
+    /// The templates of `text` tools (named `tool:<name>`), compiled once per catalog version:
+    /// their calls are rendered here, without a call to the registry.
+    texts: mcp_proto::templates::Templates,
+    text_tools: std::collections::HashSet<String>,
 }
 
 // === impl CatalogView ===
@@ -49,6 +53,25 @@ impl CatalogView {
         fn item(key: String, json: &[u8], scopes: Vec<String>) -> Item {
             let def = serde_json::from_slice(json).unwrap_or(Value::Null);
             Item { key, def, scopes }
+        }
+        let mut texts = mcp_proto::templates::Templates::default();
+        let mut text_tools = std::collections::HashSet::new();
+        for tool in &c.tools {
+            let Some(source) = &tool.text_template else { continue };
+            let def: Value = serde_json::from_slice(&tool.json).unwrap_or(Value::Null);
+            let allowed = def
+                .pointer("/inputSchema/properties")
+                .and_then(Value::as_object)
+                .map(|p| p.keys().cloned().collect())
+                .unwrap_or_default();
+            // The registry checked the template at load; one that does not compile here is
+            // left to the registry (called as for any other tool).
+            match texts.add(&format!("tool:{}", tool.name), source, &allowed) {
+                Ok(()) => {
+                    text_tools.insert(tool.name.clone());
+                }
+                Err(e) => tracing::warn!(tool = %tool.name, error = %e, "text tool left to the registry"),
+            }
         }
         let tools: Vec<Item> = c.tools.into_iter().map(|t| item(t.name, &t.json, t.scopes)).collect();
         let prompts: Vec<Item> = c.prompts.into_iter().map(|p| item(p.name, &p.json, p.scopes)).collect();
@@ -68,7 +91,14 @@ impl CatalogView {
             prompts,
             resources: c.resources.into_iter().map(|r| item(r.uri, &r.json, r.scopes)).collect(),
             templates: c.resource_templates.into_iter().map(|t| item(t.uri_template, &t.json, t.scopes)).collect(),
+            texts,
+            text_tools,
         }
+    }
+
+    /// A `text` tool's rendering of `arguments` (`None`: not a text tool known here).
+    pub fn render_text(&self, name: &str, arguments: &Value) -> Option<Result<String, String>> {
+        self.text_tools.contains(name).then(|| self.texts.render(&format!("tool:{name}"), arguments))
     }
 
     /// Whether what `method` answers depends on the caller's scopes (some item it covers
@@ -236,5 +266,42 @@ async fn follow(
             _ = tokio::time::sleep(backoff) => {}
         }
         backoff = (backoff * 2).min(Duration::from_secs(5));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tool(name: &str, properties: &[&str], template: Option<&str>) -> pb::Tool {
+        let props: serde_json::Map<String, Value> =
+            properties.iter().map(|p| ((*p).to_owned(), serde_json::json!({ "type": "string" }))).collect();
+        let def = serde_json::json!({ "name": name, "inputSchema": { "type": "object", "properties": props } });
+        pb::Tool {
+            name: name.to_owned(),
+            json: serde_json::to_vec(&def).expect("json"),
+            scopes: vec![],
+            text_template: template.map(str::to_owned),
+        }
+    }
+
+    #[test]
+    fn text_tools_render_from_the_snapshot() {
+        let view = CatalogView::from_proto(pb::Catalog {
+            tools: vec![
+                tool("greet", &["who"], Some("Hi {{ who }}")),
+                tool("url", &["p"], Some("at {{ p }}")),
+                tool("remote", &[], None),
+                // Uses a variable its schema does not declare: left to the registry.
+                tool("odd", &[], Some("{{ secret }}")),
+            ],
+            ..Default::default()
+        });
+        let args = serde_json::json!({ "who": "<b>Ada</b>", "p": "a/b?c" });
+        assert_eq!(view.render_text("greet", &args), Some(Ok("Hi <b>Ada</b>".to_owned())));
+        assert_eq!(view.render_text("url", &args), Some(Ok("at a/b?c".to_owned())), "no URL encoding");
+        assert_eq!(view.render_text("remote", &args), None);
+        assert_eq!(view.render_text("odd", &args), None);
+        assert_eq!(view.render_text("missing", &args), None);
     }
 }

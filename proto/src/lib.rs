@@ -20,6 +20,7 @@ pub mod log_fields;
 pub mod outbound;
 pub mod runtime;
 pub mod telemetry;
+pub mod templates;
 pub mod transport;
 pub mod trust;
 pub mod vocab;

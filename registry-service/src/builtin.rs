@@ -91,6 +91,7 @@ fn number_arg(args: &Value, name: &str) -> Result<f64, ToolError> {
 
 fn echo() -> Tool {
     Tool {
+        text: None,
         name: "echo".into(),
         def: json!({
             "name": "echo",
@@ -117,6 +118,7 @@ fn echo() -> Tool {
 
 fn add() -> Tool {
     Tool {
+        text: None,
         name: "add".into(),
         def: json!({
             "name": "add",
@@ -152,6 +154,7 @@ fn add() -> Tool {
 
 fn count() -> Tool {
     Tool {
+        text: None,
         name: "count".into(),
         def: json!({
             "name": "count",

@@ -78,6 +78,8 @@ pub struct Tool {
     pub def: Value,
     pub scopes: Vec<String>,
     pub handler: ToolHandler,
+    /// A `text` tool's template: sent with the catalog, so mcp-service renders such tools itself.
+    pub text: Option<String>,
 }
 
 /// The bytes of a resource.
@@ -259,7 +261,12 @@ impl Catalog {
             tools: self
                 .tools
                 .iter()
-                .map(|t| pb::Tool { name: t.name.clone(), json: json(&t.def), scopes: t.scopes.clone() })
+                .map(|t| pb::Tool {
+                    name: t.name.clone(),
+                    json: json(&t.def),
+                    scopes: t.scopes.clone(),
+                    text_template: t.text.clone(),
+                })
                 .collect(),
             resources: self
                 .resources

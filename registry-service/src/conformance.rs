@@ -22,6 +22,7 @@ const NO_ARGS: fn() -> Value = || json!({ "type": "object", "properties": {} });
 
 fn tool(name: &str, description: &str, schema: Value, handler: ToolHandler) -> Tool {
     Tool {
+        text: None,
         name: name.into(),
         def: json!({ "name": name, "description": description, "inputSchema": schema }),
         scopes: vec![],
@@ -279,6 +280,7 @@ fn tools() -> Vec<Tool> {
             }),
         ),
         Tool {
+            text: None,
             name: "json_schema_2020_12_tool".into(),
             def: json!({
                 "name": "json_schema_2020_12_tool",

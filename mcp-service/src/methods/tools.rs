@@ -41,6 +41,21 @@ pub async fn call(engine: &Engine, req: &Request<'_>, catalog: &CatalogView) -> 
         });
         return Ok(shape::call_result(result, req.revision, req.modern()));
     }
+    // A `text` tool is a template over the arguments: rendered from the snapshot, no hop.
+    if let Some(rendered) = catalog.render_text(name, &arguments) {
+        let (result, outcome) = match rendered {
+            Ok(text) => (json!({ "content": [{ "type": "text", "text": text }], "isError": false }), "ok"),
+            Err(e) => {
+                tracing::warn!(error = %e, "tool failed");
+                (
+                    json!({ "content": [{ "type": "text", "text": "The tool failed to run." }], "isError": true }),
+                    "tool_error",
+                )
+            }
+        };
+        metrics::counter!("mcp_text_tool_calls_total", "tool" => name.to_owned(), "outcome" => outcome).increment(1);
+        return Ok(shape::call_result(result, req.revision, req.modern()));
+    }
     let progress_token = req.progress_token();
     let capabilities = serde_json::to_vec(&req.client_capabilities()).unwrap_or_default();
     let log_level = req.log_level().unwrap_or_default();

@@ -359,7 +359,13 @@ fn tool(def: &Spanned<ToolDef>, file: &File, databases: &Databases, issues: &mut
     if let Some(i) = icons(&t.icons) {
         obj.insert("icons".into(), i);
     }
-    Some(Tool { name: t.name.clone(), def: Value::Object(obj), scopes: t.scopes.clone(), handler: handler? })
+    Some(Tool {
+        name: t.name.clone(),
+        def: Value::Object(obj),
+        scopes: t.scopes.clone(),
+        handler: handler?,
+        text: t.text.clone(),
+    })
 }
 
 fn resource(def: &Spanned<ResourceDef>, base: &Path, issues: &mut Issues) -> Option<Resource> {

@@ -19,3 +19,4 @@ mod result_cache;
 mod sessions;
 mod sql_backend;
 mod stdio;
+mod text_tools;
