@@ -137,14 +137,23 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// Every server, but the Python SDK only in full runs and when its environment is installed
+/// Every server, but the Python and TypeScript SDKs only in full runs and when installed
 /// (the smoke run of the test command checks our servers and the Rust references).
 fn default_servers(smoke: bool) -> Vec<Kind> {
     let python = !smoke && servers::python_sdk().is_file();
     if !smoke && !python {
         eprintln!("note: no Python SDK environment (tests/clients/run.sh installs one): python-sdk skipped");
     }
-    Kind::ALL.into_iter().filter(|k| *k != Kind::PythonSdk || python).collect()
+    let typescript = !smoke
+        && servers::typescript_sdk().join("node_modules/@modelcontextprotocol/server").is_dir()
+        && std::process::Command::new(servers::node()).arg("--version").output().is_ok_and(|o| o.status.success());
+    if !smoke && !typescript {
+        eprintln!("note: no TypeScript SDK (Node and `npm ci` in tests/bench/ts-sdk): typescript-sdk skipped");
+    }
+    Kind::ALL
+        .into_iter()
+        .filter(|k| (*k != Kind::PythonSdk || python) && (*k != Kind::TypescriptSdk || typescript))
+        .collect()
 }
 
 fn plan(cli: &Cli) -> anyhow::Result<Plan> {

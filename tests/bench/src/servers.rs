@@ -27,11 +27,21 @@ pub enum Kind {
     MicroservicesJwt,
     /// The official Python SDK (reference; when its virtual environment is there).
     PythonSdk,
+    /// The official TypeScript SDK (reference; when Node and `tests/bench/ts-sdk`'s packages
+    /// are there).
+    TypescriptSdk,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 6] =
-        [Kind::BareHyper, Kind::Rmcp, Kind::Standalone, Kind::Microservices, Kind::MicroservicesJwt, Kind::PythonSdk];
+    pub const ALL: [Kind; 7] = [
+        Kind::BareHyper,
+        Kind::Rmcp,
+        Kind::Standalone,
+        Kind::Microservices,
+        Kind::MicroservicesJwt,
+        Kind::PythonSdk,
+        Kind::TypescriptSdk,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -41,6 +51,7 @@ impl Kind {
             Kind::Microservices => "microservices",
             Kind::MicroservicesJwt => "microservices-jwt",
             Kind::PythonSdk => "python-sdk",
+            Kind::TypescriptSdk => "typescript-sdk",
         }
     }
 
@@ -52,7 +63,7 @@ impl Kind {
         }
         match self {
             Kind::BareHyper => op == Op::List && tools == catalog::REFERENCE_TOOLS,
-            Kind::Rmcp | Kind::PythonSdk => tools == catalog::REFERENCE_TOOLS,
+            Kind::Rmcp | Kind::PythonSdk | Kind::TypescriptSdk => tools == catalog::REFERENCE_TOOLS,
             Kind::Standalone | Kind::Microservices => tools == catalog::REFERENCE_TOOLS || op == Op::List,
             Kind::MicroservicesJwt => tools == catalog::REFERENCE_TOOLS,
         }
@@ -104,6 +115,12 @@ impl Launch<'_> {
                 let resource = self.files.resource.to_string_lossy().into_owned();
                 let args = s(&[&script.to_string_lossy(), "--resource", &resource]);
                 self.one(&mut procs, &python_sdk(), args, "python-sdk").await?
+            }
+            Kind::TypescriptSdk => {
+                let script = typescript_sdk().join("server.mjs");
+                let resource = self.files.resource.to_string_lossy().into_owned();
+                let args = s(&[&script.to_string_lossy(), "--resource", &resource]);
+                self.one(&mut procs, &node(), args, "typescript-sdk").await?
             }
             Kind::Standalone => {
                 let args = s(&["--standalone", "--listen", &any, "--definitions", &defs]);
@@ -168,6 +185,23 @@ pub fn python_sdk() -> std::path::PathBuf {
         || Path::new(env!("CARGO_MANIFEST_DIR")).join("../clients/python/.venv/bin/python"),
         std::path::PathBuf::from,
     )
+}
+
+/// The TypeScript SDK reference's directory (its `server.mjs` and `package.json`; `npm ci`
+/// there installs the pinned packages).
+pub fn typescript_sdk() -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("ts-sdk")
+}
+
+/// Node: `BENCH_NODE`, or the first `node` on the PATH (`node` when there is none: starting
+/// it then fails with that name).
+pub fn node() -> std::path::PathBuf {
+    if let Some(path) = std::env::var_os("BENCH_NODE") {
+        return path.into();
+    }
+    std::env::var_os("PATH")
+        .and_then(|paths| std::env::split_paths(&paths).map(|dir| dir.join("node")).find(|p| p.is_file()))
+        .unwrap_or_else(|| "node".into())
 }
 
 /// The stored form of a client secret, from `oauth-service hash-secret`.

@@ -108,9 +108,9 @@ fn side_by_side(s: &mut String, title: &str, rows: &[Row], metric: fn(&Row) -> f
     let _ = writeln!(s, "## {title}\n");
     let _ = writeln!(
         s,
-        "| scenario | era | tools | conns | bare-hyper | rmcp | python-sdk | standalone | microservices | microservices-jwt | standalone ÷ bare-hyper | standalone ÷ rmcp | microservices ÷ bare-hyper | microservices ÷ rmcp | microservices ÷ python-sdk | jwt ÷ microservices |"
+        "| scenario | era | tools | conns | bare-hyper | rmcp | python-sdk | typescript-sdk | standalone | microservices | microservices-jwt | standalone ÷ bare-hyper | standalone ÷ rmcp | microservices ÷ bare-hyper | microservices ÷ rmcp | microservices ÷ python-sdk | microservices ÷ typescript-sdk | jwt ÷ microservices |"
     );
-    let _ = writeln!(s, "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|");
+    let _ = writeln!(s, "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|");
     for (op, era, catalog) in scenarios(rows) {
         for c in levels(rows) {
             let get = |k: Kind| find(rows, k, op, era, catalog, c).filter(|r| r.ok > 0).map(metric);
@@ -118,16 +118,17 @@ fn side_by_side(s: &mut String, title: &str, rows: &[Row], metric: fn(&Row) -> f
             if values.iter().all(Option::is_none) {
                 continue;
             }
-            let [hyper, sdk, standalone, micro, jwt, python] = values;
+            let [hyper, sdk, standalone, micro, jwt, python, typescript] = values;
             let cell = |v: Option<f64>| v.map(number).unwrap_or_else(|| "–".into());
             let _ = writeln!(
                 s,
-                "| {} | {} | {catalog} | {c} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                "| {} | {} | {catalog} | {c} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
                 op.label(),
                 era.version(),
                 cell(hyper),
                 cell(sdk),
                 cell(python),
+                cell(typescript),
                 cell(standalone),
                 cell(micro),
                 cell(jwt),
@@ -136,6 +137,7 @@ fn side_by_side(s: &mut String, title: &str, rows: &[Row], metric: fn(&Row) -> f
                 ratio(micro, hyper),
                 ratio(micro, sdk),
                 ratio(micro, python),
+                ratio(micro, typescript),
                 ratio(jwt, micro)
             );
         }

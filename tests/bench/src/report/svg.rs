@@ -23,6 +23,7 @@ fn color(kind: Kind) -> &'static str {
         Kind::Microservices => "#7570b3",
         Kind::MicroservicesJwt => "#e7298a",
         Kind::PythonSdk => "#e6ab02",
+        Kind::TypescriptSdk => "#66a61e",
     }
 }
 
