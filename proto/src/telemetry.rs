@@ -108,13 +108,35 @@ pub fn init_metrics() {
             .set_buckets_for_metric(Matcher::Suffix("_seconds".into()), &LATENCY_BUCKETS)
             .and_then(|b| b.install_recorder());
         match builder {
-            Ok(handle) => Some(handle),
+            Ok(handle) => {
+                keep_up(handle.clone());
+                Some(handle)
+            }
             Err(e) => {
                 tracing::warn!(error = %e, "metrics are off");
                 None
             }
         }
     });
+}
+
+/// How often recorded histogram samples are folded into their buckets.
+const UPKEEP_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Fold histogram samples into their buckets every [`UPKEEP_EVERY`], on a thread of its own
+/// (the recorder exists before, and outside, any runtime). The recorder keeps every sample
+/// until then: without upkeep, a process nobody scrapes grows by about 8 bytes per request and
+/// histogram (1 MiB a second at 60 000 requests a second, seen in the benchmark).
+fn keep_up(handle: PrometheusHandle) {
+    let started = std::thread::Builder::new().name("metrics-upkeep".into()).spawn(move || {
+        loop {
+            std::thread::sleep(UPKEEP_EVERY);
+            handle.run_upkeep();
+        }
+    });
+    if let Err(e) = started {
+        tracing::warn!(error = %e, "metrics upkeep could not start: histograms grow until scraped");
+    }
 }
 
 /// The metrics of this process in the Prometheus text format.
