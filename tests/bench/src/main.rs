@@ -3,8 +3,8 @@
 //! Starts each server under test on 127.0.0.1 port 0 — the platform in one process
 //! (`standalone`) and as separate processes wired over gRPC (`microservices`), a bare hyper
 //! process answering a canned `tools/list` (`bare-hyper`) and the official Rust SDK serving
-//! the same tools (`rmcp`) — one at a time, pinned to CPU 0 while the built-in load generator
-//! runs on CPU 1. Every answer is checked; the report gives req/s, latency percentiles, server
+//! the same tools (`rmcp`) — all pinned to CPU 0 and loaded one at a time, measurement after
+//! measurement, while the built-in load generator runs on CPU 1. Every answer is checked; the report gives req/s, latency percentiles, server
 //! CPU per request and peak RSS per process, with the platform's ratios to both references.
 //!
 //! ```text
@@ -77,6 +77,11 @@ struct Cli {
     /// Do not pin servers and load generator to separate CPUs.
     #[arg(long)]
     no_pin: bool,
+    /// Take every measurement this many times, each round starting one server later; the
+    /// tables give the median round (for ratios steadier than one run's, such as the cost of
+    /// signing in).
+    #[arg(long, default_value_t = 1)]
+    rounds: usize,
 }
 
 /// The references, run by the benchmark as child processes.
@@ -168,6 +173,7 @@ fn plan(cli: &Cli) -> anyhow::Result<Plan> {
     };
     anyhow::ensure!(concurrency.iter().all(|&c| (1..=4096).contains(&c)), "--concurrency levels must be 1 to 4096");
     anyhow::ensure!(catalogs.iter().all(|&n| n >= 1), "--catalog sizes must be at least 1");
+    anyhow::ensure!((1..=100).contains(&cli.rounds), "--rounds must be 1 to 100");
     let timeout = secs("timeout", cli.timeout)?;
     anyhow::ensure!(!timeout.is_zero(), "--timeout must be positive");
     let two_cores = std::thread::available_parallelism().is_ok_and(|n| n.get() >= 2);
@@ -182,5 +188,6 @@ fn plan(cli: &Cli) -> anyhow::Result<Plan> {
         timeout,
         bin_dir: cli.bin_dir.clone(),
         pinned,
+        rounds: if cli.smoke { 1 } else { cli.rounds },
     })
 }

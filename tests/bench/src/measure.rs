@@ -1,6 +1,7 @@
-//! The run: for each catalog size, each server (one at a time), each scenario it supports and
-//! each concurrency level, one measurement of throughput, latency, server CPU per request and
-//! peak memory per process.
+//! The run: for each catalog size, every server started; then for each scenario and
+//! concurrency level, one measurement per server (one server loaded at a time, the others idle)
+//! of throughput, latency, server CPU per request and peak memory per process — per round, when
+//! `--rounds` asks for several.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -26,11 +27,20 @@ pub struct Plan {
     pub bin_dir: PathBuf,
     /// Servers on CPU 0 and the load generator on CPU 1 (`taskset`).
     pub pinned: bool,
+    /// How many times every measurement is taken, the servers in a rotating order.
+    pub rounds: usize,
 }
 
 /// One measurement: a server × scenario × catalog size × concurrency.
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct Row {
+    /// The round (from 0); in a summary, the round of the median throughput.
+    pub round: usize,
+    /// How many rounds a summary row stands for (1 for a single measurement).
+    pub rounds: usize,
+    /// Whether `peak_rss_kib` is this measurement's own (`/proc/PID/clear_refs` worked).
+    #[serde(skip)]
+    pub rss_per_measurement: bool,
     pub server: Kind,
     pub op: Op,
     pub era: Era,
@@ -87,7 +97,11 @@ pub struct Failure {
 
 #[derive(Default, Debug, serde::Serialize)]
 pub struct Results {
+    /// One row per server × scenario × catalog × concurrency: with several rounds, their
+    /// median (see [`Results::summarise`]).
     pub rows: Vec<Row>,
+    /// Every measurement of every round, when there was more than one round.
+    pub every_round: Vec<Row>,
     pub listings: Vec<Listing>,
     pub failures: Vec<Failure>,
     /// Whether each measurement's peak memory is its own (`/proc/PID/clear_refs`).
@@ -97,8 +111,69 @@ pub struct Results {
 impl Results {
     /// Wrong answers, errors or failures anywhere.
     pub fn failed(&self) -> bool {
-        !self.failures.is_empty() || self.rows.iter().any(|r| r.errors > 0 || r.ok == 0)
+        !self.failures.is_empty() || self.rows.iter().chain(&self.every_round).any(|r| r.errors > 0 || r.ok == 0)
     }
+
+    /// With several rounds, replace the rows by one per server × scenario × catalog ×
+    /// concurrency: the round of median throughput, with the median CPU per request and median
+    /// latencies of all rounds, the highest peak memory and noise, and every round's errors and
+    /// warnings. An even number of rounds takes the lower median. The rounds stay in
+    /// `every_round`.
+    pub fn summarise(&mut self) {
+        self.peak_rss_per_measurement &= self.rows.iter().all(|r| r.rss_per_measurement);
+        if self.rows.iter().all(|r| r.round == 0) {
+            return;
+        }
+        let all = std::mem::take(&mut self.rows);
+        let mut groups: Vec<Vec<&Row>> = Vec::new();
+        for row in &all {
+            let same = |g: &&mut Vec<&Row>| {
+                let a = g[0];
+                (a.server, a.op, a.era, a.catalog, a.concurrency)
+                    == (row.server, row.op, row.era, row.catalog, row.concurrency)
+            };
+            match groups.iter_mut().find(same) {
+                Some(g) => g.push(row),
+                None => groups.push(vec![row]),
+            }
+        }
+        for mut group in groups {
+            group.sort_by(|a, b| a.req_per_s.total_cmp(&b.req_per_s));
+            let mid = (group.len() - 1) / 2;
+            let mut summary = group[mid].clone();
+            summary.rounds = group.len();
+            summary.cpu_us_per_req = median_f64(group.iter().map(|r| r.cpu_us_per_req));
+            summary.mean_us = median_f64(group.iter().map(|r| r.mean_us));
+            summary.p50_us = median_u64(group.iter().map(|r| r.p50_us));
+            summary.p99_us = median_u64(group.iter().map(|r| r.p99_us));
+            summary.p999_us = median_u64(group.iter().map(|r| r.p999_us));
+            summary.max_us = group.iter().map(|r| r.max_us).max().unwrap_or(0);
+            summary.other_cpu_pct = group.iter().map(|r| r.other_cpu_pct).fold(0.0, f64::max);
+            summary.errors = group.iter().map(|r| r.errors).sum();
+            summary.error_kinds = group.iter().flat_map(|r| r.error_kinds.iter().cloned()).take(5).collect();
+            summary.server_warnings = group.iter().map(|r| r.server_warnings).sum();
+            summary.warning_samples = group.iter().flat_map(|r| r.warning_samples.iter().cloned()).take(5).collect();
+            for (name, kib) in &mut summary.peak_rss_kib {
+                let most = group.iter().flat_map(|r| &r.peak_rss_kib).filter(|(n, _)| n == name).map(|(_, k)| *k);
+                *kib = most.max().unwrap_or(*kib);
+            }
+            self.rows.push(summary);
+        }
+        self.every_round = all;
+    }
+}
+
+/// The median (the lower one of an even count).
+fn median_f64(values: impl Iterator<Item = f64>) -> f64 {
+    let mut v: Vec<f64> = values.collect();
+    v.sort_by(f64::total_cmp);
+    v.get(v.len().saturating_sub(1) / 2).copied().unwrap_or(0.0)
+}
+
+fn median_u64(values: impl Iterator<Item = u64>) -> u64 {
+    let mut v: Vec<u64> = values.collect();
+    v.sort_unstable();
+    v.get(v.len().saturating_sub(1) / 2).copied().unwrap_or(0)
 }
 
 struct Clock {
@@ -111,49 +186,100 @@ pub async fn run(plan: &Plan) -> anyhow::Result<Results> {
     let clock = Clock { ticks_per_s: procs::clock_ticks() };
     let mut results = Results { peak_rss_per_measurement: true, ..Results::default() };
     for &catalog in &plan.catalogs {
-        for &kind in &plan.servers {
-            let scenarios: Vec<(Op, Era)> = Op::ALL
-                .iter()
-                .flat_map(|&op| op.eras().iter().map(move |&era| (op, era)))
-                .filter(|&(op, era)| kind.supports(op, era, catalog))
-                .collect();
-            if scenarios.is_empty() {
-                continue;
-            }
-            let fail = |what: &str, detail: String| Failure { server: kind, catalog, what: what.to_owned(), detail };
-            eprintln!("== {} with {catalog} tools", kind.name());
-            let mut server = match launch.start(kind, catalog).await {
-                Ok(s) => s,
-                Err(e) => {
-                    results.failures.push(fail("start", format!("{e:#}")));
-                    continue;
-                }
-            };
-            for (op, era) in scenarios {
-                if let Err(failure) = scenario(plan, &clock, &mut server, op, era, catalog, &mut results).await {
-                    results.failures.push(fail(&format!("{} ({})", op.label(), era.version()), failure));
-                }
-                if let Err(e) = server.check_alive() {
-                    results.failures.push(fail("crash", format!("{e}; last warnings: {:?}", server.take_warnings())));
-                    break;
-                }
-            }
-            server.stop().await;
-        }
+        catalog_run(plan, &launch, &clock, catalog, &mut results).await;
     }
+    results.summarise();
     Ok(results)
 }
 
-/// Set up, warm up and measure one scenario at every concurrency level.
-async fn scenario(
+/// Every server of one catalog size: all started at once (idle while another is measured),
+/// then each scenario in turn, and within it each concurrency level measured on every server
+/// before the next level — so the measurements a ratio compares are seconds apart, not
+/// minutes, and share the machine's state. With several rounds, each round of a level starts
+/// one server later than the round before.
+async fn catalog_run(plan: &Plan, launch: &Launch<'_>, clock: &Clock, catalog: usize, results: &mut Results) {
+    let mut servers: Vec<Server> = Vec::new();
+    for &kind in &plan.servers {
+        let supported = |(op, era): (Op, Era)| kind.supports(op, era, catalog);
+        if !Op::ALL.iter().flat_map(|&op| op.eras().iter().map(move |&era| (op, era))).any(supported) {
+            continue;
+        }
+        eprintln!("== starting {} with {catalog} tools", kind.name());
+        match launch.start(kind, catalog).await {
+            Ok(s) => servers.push(s),
+            Err(e) => results.failures.push(failure(kind, catalog, "start", format!("{e:#}"))),
+        }
+    }
+    for (op, era) in Op::ALL.iter().flat_map(|&op| op.eras().iter().map(move |&era| (op, era))) {
+        let what = format!("{} ({})", op.label(), era.version());
+        // Each server's requests for this scenario, set up and warmed up.
+        let mut taking_part: Vec<(usize, Arc<Workload>)> = Vec::new();
+        for (i, server) in servers.iter_mut().enumerate() {
+            if !server.kind.supports(op, era, catalog) || server.check_alive().is_err() {
+                continue;
+            }
+            match prepare(plan, server, op, era, catalog, results).await {
+                Ok(w) => taking_part.push((i, w)),
+                Err(e) => results.failures.push(failure(server.kind, catalog, &what, e)),
+            }
+        }
+        if !taking_part.is_empty() {
+            eprintln!("== {what} with {catalog} tools");
+        }
+        for &concurrency in &plan.concurrency {
+            for round in 0..plan.rounds.max(1) {
+                let mut order = taking_part.clone();
+                let shift = round % order.len().max(1);
+                order.rotate_left(shift);
+                for (i, workload) in order {
+                    let server = &mut servers[i];
+                    if server.check_alive().is_err() {
+                        continue;
+                    }
+                    let at = At { round, catalog, concurrency };
+                    match measure(plan, clock, server, &workload, op, era, at).await {
+                        Ok(row) => {
+                            progress(&row);
+                            results.rows.push(row);
+                        }
+                        Err(e) => results.failures.push(failure(server.kind, catalog, &what, e)),
+                    }
+                    if let Err(e) = server.check_alive() {
+                        let detail = format!("{e}; last warnings: {:?}", server.take_warnings());
+                        results.failures.push(failure(server.kind, catalog, "crash", detail));
+                    }
+                    // Let the server close the old connections before the next measurement.
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            }
+        }
+    }
+    for server in servers {
+        server.stop().await;
+    }
+}
+
+fn failure(server: Kind, catalog: usize, what: &str, detail: String) -> Failure {
+    Failure { server, catalog, what: what.to_owned(), detail }
+}
+
+/// Which round, catalog and concurrency a measurement is.
+#[derive(Clone, Copy)]
+struct At {
+    round: usize,
+    catalog: usize,
+    concurrency: usize,
+}
+
+/// Set up and warm up one scenario on one server; time a full listing of a list.
+async fn prepare(
     plan: &Plan,
-    clock: &Clock,
     server: &mut Server,
     op: Op,
     era: Era,
     catalog: usize,
     results: &mut Results,
-) -> Result<(), String> {
+) -> Result<Arc<Workload>, String> {
     let kind = server.kind;
     let workload = Arc::new(workload::build(&server.target, op, era, catalog, kind.handshakes(), plan.timeout).await?);
     if !plan.warmup.is_zero() {
@@ -189,63 +315,72 @@ async fn scenario(
             median_ms,
         });
     }
-    for &concurrency in &plan.concurrency {
-        let settings = Settings { concurrency, duration: plan.duration, timeout: plan.timeout };
-        let fleet = load::connect(&server.target, &workload, settings).map_err(|e| e.to_string())?;
-        fleet.ready().await;
-        results.peak_rss_per_measurement &= server.reset_peaks();
-        let _ = server.take_warnings();
-        let (server0, own0, all0, warn0) = (server.cpu_ticks(), own_ticks(), all_ticks(), server.warnings());
-        let by_process0 = server.cpu_ticks_by_process();
-        let outcome = fleet.go().await;
-        let by_process1 = server.cpu_ticks_by_process();
-        let (server1, own1, all1, warn1) = (server.cpu_ticks(), own_ticks(), all_ticks(), server.warnings());
-        let secs = outcome.elapsed.as_secs_f64().max(1e-9);
-        let (server_ticks, own_ticks) = (server1.saturating_sub(server0), own1.saturating_sub(own0));
-        let other_ticks = all1.saturating_sub(all0).saturating_sub(server_ticks + own_ticks);
-        let server_cpu_s = server_ticks as f64 / clock.ticks_per_s;
-        let own_cpu_s = own_ticks as f64 / clock.ticks_per_s;
-        let h = &outcome.latency;
-        let row = Row {
-            server: kind,
-            op,
-            era,
-            catalog,
-            concurrency,
-            pages: workload.calls.len(),
-            ok: outcome.ok,
-            errors: outcome.errors,
-            error_kinds: outcome.error_kinds.into_iter().take(5).collect(),
-            elapsed_s: secs,
-            req_per_s: outcome.ok as f64 / secs,
-            mean_us: h.mean(),
-            p50_us: h.value_at_quantile(0.5),
-            p99_us: h.value_at_quantile(0.99),
-            p999_us: h.value_at_quantile(0.999),
-            max_us: h.max(),
-            cpu_us_per_req: server_cpu_s * 1e6 / outcome.ok.max(1) as f64,
-            server_cpu_pct: server_cpu_s * 100.0 / secs,
-            loadgen_cpu_pct: own_cpu_s * 100.0 / secs,
-            other_cpu_pct: other_ticks as f64 / clock.ticks_per_s * 100.0 / secs,
-            cpu_us_per_req_by_process: by_process0
-                .iter()
-                .zip(&by_process1)
-                .map(|((name, t0), (_, t1))| {
-                    let cpu_s = t1.saturating_sub(*t0) as f64 / clock.ticks_per_s;
-                    (name.clone(), cpu_s * 1e6 / outcome.ok.max(1) as f64)
-                })
-                .collect(),
-            peak_rss_kib: server.peaks(),
-            server_warnings: warn1.saturating_sub(warn0),
-            warning_samples: server.take_warnings(),
-        };
-        progress(&row);
-        results.rows.push(row);
-        server.check_alive()?;
-        // Let the server close the old connections before the next level.
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    Ok(())
+    Ok(workload)
+}
+
+/// One measurement: one server, scenario and concurrency level.
+async fn measure(
+    plan: &Plan,
+    clock: &Clock,
+    server: &mut Server,
+    workload: &Arc<Workload>,
+    op: Op,
+    era: Era,
+    At { round, catalog, concurrency }: At,
+) -> Result<Row, String> {
+    let kind = server.kind;
+    let settings = Settings { concurrency, duration: plan.duration, timeout: plan.timeout };
+    let fleet = load::connect(&server.target, workload, settings).map_err(|e| e.to_string())?;
+    fleet.ready().await;
+    let rss_per_measurement = server.reset_peaks();
+    let _ = server.take_warnings();
+    let (server0, own0, all0, warn0) = (server.cpu_ticks(), own_ticks(), all_ticks(), server.warnings());
+    let by_process0 = server.cpu_ticks_by_process();
+    let outcome = fleet.go().await;
+    let by_process1 = server.cpu_ticks_by_process();
+    let (server1, own1, all1, warn1) = (server.cpu_ticks(), own_ticks(), all_ticks(), server.warnings());
+    let secs = outcome.elapsed.as_secs_f64().max(1e-9);
+    let (server_ticks, own_ticks) = (server1.saturating_sub(server0), own1.saturating_sub(own0));
+    let other_ticks = all1.saturating_sub(all0).saturating_sub(server_ticks + own_ticks);
+    let server_cpu_s = server_ticks as f64 / clock.ticks_per_s;
+    let own_cpu_s = own_ticks as f64 / clock.ticks_per_s;
+    let h = &outcome.latency;
+    Ok(Row {
+        round,
+        rounds: 1,
+        rss_per_measurement,
+        server: kind,
+        op,
+        era,
+        catalog,
+        concurrency,
+        pages: workload.calls.len(),
+        ok: outcome.ok,
+        errors: outcome.errors,
+        error_kinds: outcome.error_kinds.into_iter().take(5).collect(),
+        elapsed_s: secs,
+        req_per_s: outcome.ok as f64 / secs,
+        mean_us: h.mean(),
+        p50_us: h.value_at_quantile(0.5),
+        p99_us: h.value_at_quantile(0.99),
+        p999_us: h.value_at_quantile(0.999),
+        max_us: h.max(),
+        cpu_us_per_req: server_cpu_s * 1e6 / outcome.ok.max(1) as f64,
+        server_cpu_pct: server_cpu_s * 100.0 / secs,
+        loadgen_cpu_pct: own_cpu_s * 100.0 / secs,
+        other_cpu_pct: other_ticks as f64 / clock.ticks_per_s * 100.0 / secs,
+        cpu_us_per_req_by_process: by_process0
+            .iter()
+            .zip(&by_process1)
+            .map(|((name, t0), (_, t1))| {
+                let cpu_s = t1.saturating_sub(*t0) as f64 / clock.ticks_per_s;
+                (name.clone(), cpu_s * 1e6 / outcome.ok.max(1) as f64)
+            })
+            .collect(),
+        peak_rss_kib: server.peaks(),
+        server_warnings: warn1.saturating_sub(warn0),
+        warning_samples: server.take_warnings(),
+    })
 }
 
 /// A load without measuring it (the warm-up).

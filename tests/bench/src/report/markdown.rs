@@ -29,6 +29,7 @@ pub fn render(env: &Environment, plan: &Plan, results: &Results) -> String {
     );
     side_by_side(&mut s, "p99 latency (µs; ratio < 1: the platform is quicker)", &results.rows, |r| r.p99_us as f64);
     pagination(&mut s, results);
+    rounds(&mut s, results);
     all_rows(&mut s, results);
     problems(&mut s, results);
     s
@@ -61,6 +62,14 @@ fn header(s: &mut String, env: &Environment, plan: &Plan, results: &Results) {
         "- every answer checked (status, JSON-RPC envelope and id, result shape and content); peak RSS {}",
         if results.peak_rss_per_measurement { "per measurement (`clear_refs`)" } else { "since the process started" }
     );
+    if plan.rounds > 1 {
+        let _ = writeln!(
+            s,
+            "- {} rounds, each starting one server later than the one before; every table gives the median round \
+             (throughput), the median CPU per request and latencies, the highest peak memory and noise",
+            plan.rounds
+        );
+    }
     let noisy = results.rows.iter().filter(|r| r.other_cpu_pct > NOISY_PCT).count();
     let worst = results.rows.iter().map(|r| r.other_cpu_pct).fold(0.0, f64::max);
     let _ = writeln!(
@@ -178,20 +187,94 @@ fn pagination(s: &mut String, results: &Results) {
     s.push('\n');
 }
 
+/// With several rounds: each measurement's throughput and CPU per request in every round, and
+/// how far apart the rounds were.
+fn rounds(s: &mut String, results: &Results) {
+    if results.every_round.is_empty() {
+        return;
+    }
+    let _ = writeln!(s, "## Rounds\n");
+    let _ = writeln!(
+        s,
+        "Spread: the fastest round's throughput over the slowest's, less one. `jwt ÷ microservices` is also given \
+         round by round (each pair measured minutes apart rather than a whole run).\n"
+    );
+    let _ = writeln!(s, "| server | scenario | era | tools | conns | req/s by round | spread | CPU µs/req by round |");
+    let _ = writeln!(s, "|---|---|---|--:|--:|---|--:|---|");
+    for summary in &results.rows {
+        let same: Vec<&Row> = results
+            .every_round
+            .iter()
+            .filter(|r| {
+                (r.server, r.op, r.era, r.catalog, r.concurrency)
+                    == (summary.server, summary.op, summary.era, summary.catalog, summary.concurrency)
+            })
+            .collect();
+        let rps: Vec<String> = same.iter().map(|r| format!("{:.0}", r.req_per_s)).collect();
+        let cpu: Vec<String> = same.iter().map(|r| number(r.cpu_us_per_req)).collect();
+        let (lo, hi) = same.iter().fold((f64::MAX, 0.0_f64), |(lo, hi), r| (lo.min(r.req_per_s), hi.max(r.req_per_s)));
+        let spread = if lo > 0.0 && lo < f64::MAX { format!("{:.0} %", (hi / lo - 1.0) * 100.0) } else { "–".into() };
+        let _ = writeln!(
+            s,
+            "| {} | {} | {} | {} | {} | {} | {spread} | {} |",
+            summary.server.name(),
+            summary.op.label(),
+            summary.era.version(),
+            summary.catalog,
+            summary.concurrency,
+            rps.join(", "),
+            cpu.join(", ")
+        );
+    }
+    let jwt: Vec<&Row> = results.every_round.iter().filter(|r| r.server == Kind::MicroservicesJwt).collect();
+    if !jwt.is_empty() {
+        let _ = writeln!(s, "\n| scenario | era | conns | jwt ÷ microservices by round (req/s) | median |");
+        let _ = writeln!(s, "|---|---|--:|---|--:|");
+        for j in results.rows.iter().filter(|r| r.server == Kind::MicroservicesJwt) {
+            let mut ratios: Vec<f64> = jwt
+                .iter()
+                .filter(|r| (r.op, r.era, r.catalog, r.concurrency) == (j.op, j.era, j.catalog, j.concurrency))
+                .filter_map(|r| {
+                    let m = results.every_round.iter().find(|m| {
+                        m.server == Kind::Microservices
+                            && m.round == r.round
+                            && (m.op, m.era, m.catalog, m.concurrency) == (r.op, r.era, r.catalog, r.concurrency)
+                    })?;
+                    (m.req_per_s > 0.0).then(|| r.req_per_s / m.req_per_s)
+                })
+                .collect();
+            let listed: Vec<String> = ratios.iter().map(|x| format!("{x:.2}")).collect();
+            ratios.sort_by(f64::total_cmp);
+            let median = ratios.get(ratios.len().saturating_sub(1) / 2).map_or("–".into(), |m| format!("{m:.2}"));
+            let _ = writeln!(
+                s,
+                "| {} | {} | {} | {} | {median} |",
+                j.op.label(),
+                j.era.version(),
+                j.concurrency,
+                listed.join(", ")
+            );
+        }
+    }
+    s.push('\n');
+}
+
 fn all_rows(s: &mut String, results: &Results) {
     let _ = writeln!(s, "## Every measurement\n");
     let _ = writeln!(
         s,
-        "| server | scenario | era | tools | conns | ok | errors | req/s | mean µs | p50 µs | p99 µs | p99.9 µs | max µs | CPU µs/req | CPU µs/req (per process) | server CPU % | load gen CPU % | other CPU % | peak RSS MiB (per process) | log warnings |"
+        "| round | server | scenario | era | tools | conns | ok | errors | req/s | mean µs | p50 µs | p99 µs | p99.9 µs | max µs | CPU µs/req | CPU µs/req (per process) | server CPU % | load gen CPU % | other CPU % | peak RSS MiB (per process) | log warnings |"
     );
-    let _ = writeln!(s, "|---|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|--:|--:|--:|---|--:|");
-    for r in &results.rows {
+    let _ = writeln!(s, "|--:|---|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|--:|--:|--:|---|--:|");
+    let every = if results.every_round.is_empty() { &results.rows } else { &results.every_round };
+    for r in every {
         let rss: Vec<String> =
             r.peak_rss_kib.iter().map(|(name, k)| format!("{name} {:.1}", *k as f64 / 1024.0)).collect();
         let cpu: Vec<String> = r.cpu_us_per_req_by_process.iter().map(|(name, us)| format!("{name} {us:.0}")).collect();
         let _ = writeln!(
             s,
-            "| {} | {} | {} | {} | {} | {} | {} | {:.0} | {:.0} | {} | {} | {} | {} | {} | {} | {:.0} | {:.0} | {:.0} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {:.0} | {:.0} | {} | {} | {} | {} | {} | {} | {:.0} | {:.0} | {:.0} | {} | {} |",
+            r.round + 1,
             r.server.name(),
             r.op.label(),
             r.era.version(),
