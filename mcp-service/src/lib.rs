@@ -106,7 +106,7 @@ pub fn engine_with(
 /// socket.
 pub fn in_process(engine: Arc<Engine>) -> GrpcChannel {
     use mcp_proto::mcp::mcp_service_server::McpServiceServer;
-    mcp_proto::transport::in_process(McpServiceServer::new(server::McpGrpc::new(engine)))
+    mcp_proto::transport::in_process(McpServiceServer::new(server::McpGrpc::new(engine, server::Work::Spawned)))
 }
 
 /// Bind the configured address and serve gRPC until `shutdown`.
@@ -144,7 +144,7 @@ pub async fn serve(
     let sessions = engine.clone();
     tonic::transport::Server::builder()
         .add_service(health_service)
-        .add_service(McpServiceServer::with_interceptor(server::McpGrpc::new(engine), callers))
+        .add_service(McpServiceServer::with_interceptor(server::McpGrpc::new(engine, server::Work::Inline), callers))
         .serve_with_incoming_shutdown(incoming, async move {
             shutdown.cancelled().await;
             health.set_not_serving::<McpServiceServer<server::McpGrpc>>().await;

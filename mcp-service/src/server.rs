@@ -17,11 +17,28 @@ use crate::dispatch::Engine;
 
 pub struct McpGrpc {
     engine: Arc<Engine>,
+    /// Where a request's work runs (see [`Work`]).
+    work: Work,
+}
+
+/// Where a request's work runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Work {
+    /// Inside the response stream, polled by the HTTP/2 server's task for that stream: no task
+    /// of its own (a spawn copied the large future into a new task, and each frame woke the
+    /// stream's task from another one). Measured over the network: mcp-service's CPU per
+    /// `tools/call` 44 → 32 µs and per legacy `tools/list` 47 → 35 µs.
+    Inline,
+    /// On a task of its own. In process (standalone), the caller's HTTP connection task polls
+    /// the stream, and work inline there wakes that very task with each frame it sends:
+    /// measured, standalone calls and legacy lists cost 50 % more CPU inline, the kernel's
+    /// thread wake-up path growing from 2 % to 13 % of the profile.
+    Spawned,
 }
 
 impl McpGrpc {
-    pub fn new(engine: Arc<Engine>) -> Self {
-        Self { engine }
+    pub fn new(engine: Arc<Engine>, work: Work) -> Self {
+        Self { engine, work }
     }
 }
 
@@ -75,9 +92,20 @@ impl McpService for McpGrpc {
         };
         let (tx, rx) = mpsc::channel(16);
         let engine = self.engine.clone();
-        // When the caller goes away the channel closes and the work stops at its next send.
-        tokio::spawn(async move { engine.handle(&req.body, &ctx, &tx).await }.instrument(span));
-        Ok(Response::new(frames(rx)))
+        let work = async move { engine.handle(&req.body, &ctx, &tx).await }.instrument(span);
+        match self.work {
+            // Frames flow as the work sends them; it stops when the caller goes away and the
+            // stream is dropped.
+            Work::Inline => {
+                let done = futures_util::stream::once(Box::pin(work)).filter_map(|()| std::future::ready(None));
+                Ok(Response::new(Box::pin(futures_util::stream::select(done, frames(rx)))))
+            }
+            // When the caller goes away the channel closes and the work stops at its next send.
+            Work::Spawned => {
+                tokio::spawn(work);
+                Ok(Response::new(frames(rx)))
+            }
+        }
     }
 
     type ListenStream = FrameStream;
