@@ -75,6 +75,13 @@ pub struct Row {
     pub warning_samples: Vec<String>,
 }
 
+impl Row {
+    /// What was measured, whatever the server: scenario, catalog size and concurrency.
+    pub fn point(&self) -> (Op, Era, usize, usize) {
+        (self.op, self.era, self.catalog, self.concurrency)
+    }
+}
+
 /// A full `tools/list` on one connection, page after page.
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct Listing {
@@ -127,11 +134,7 @@ impl Results {
         let all = std::mem::take(&mut self.rows);
         let mut groups: Vec<Vec<&Row>> = Vec::new();
         for row in &all {
-            let same = |g: &&mut Vec<&Row>| {
-                let a = g[0];
-                (a.server, a.op, a.era, a.catalog, a.concurrency)
-                    == (row.server, row.op, row.era, row.catalog, row.concurrency)
-            };
+            let same = |g: &&mut Vec<&Row>| (g[0].server, g[0].point()) == (row.server, row.point());
             match groups.iter_mut().find(same) {
                 Some(g) => g.push(row),
                 None => groups.push(vec![row]),

@@ -197,19 +197,13 @@ fn rounds(s: &mut String, results: &Results) {
     let _ = writeln!(
         s,
         "Spread: the fastest round's throughput over the slowest's, less one. `jwt ÷ microservices` is also given \
-         round by round (each pair measured minutes apart rather than a whole run).\n"
+         round by round (the two measurements of a pair are from the same round of the same level, seconds apart).\n"
     );
     let _ = writeln!(s, "| server | scenario | era | tools | conns | req/s by round | spread | CPU µs/req by round |");
     let _ = writeln!(s, "|---|---|---|--:|--:|---|--:|---|");
     for summary in &results.rows {
-        let same: Vec<&Row> = results
-            .every_round
-            .iter()
-            .filter(|r| {
-                (r.server, r.op, r.era, r.catalog, r.concurrency)
-                    == (summary.server, summary.op, summary.era, summary.catalog, summary.concurrency)
-            })
-            .collect();
+        let same: Vec<&Row> =
+            results.every_round.iter().filter(|r| (r.server, r.point()) == (summary.server, summary.point())).collect();
         let rps: Vec<String> = same.iter().map(|r| format!("{:.0}", r.req_per_s)).collect();
         let cpu: Vec<String> = same.iter().map(|r| number(r.cpu_us_per_req)).collect();
         let (lo, hi) = same.iter().fold((f64::MAX, 0.0_f64), |(lo, hi), r| (lo.min(r.req_per_s), hi.max(r.req_per_s)));
@@ -231,18 +225,16 @@ fn rounds(s: &mut String, results: &Results) {
         let _ = writeln!(s, "\n| scenario | era | conns | jwt ÷ microservices by round (req/s) | median |");
         let _ = writeln!(s, "|---|---|--:|---|--:|");
         for j in results.rows.iter().filter(|r| r.server == Kind::MicroservicesJwt) {
-            let mut ratios: Vec<f64> = jwt
-                .iter()
-                .filter(|r| (r.op, r.era, r.catalog, r.concurrency) == (j.op, j.era, j.catalog, j.concurrency))
-                .filter_map(|r| {
-                    let m = results.every_round.iter().find(|m| {
-                        m.server == Kind::Microservices
-                            && m.round == r.round
-                            && (m.op, m.era, m.catalog, m.concurrency) == (r.op, r.era, r.catalog, r.concurrency)
-                    })?;
-                    (m.req_per_s > 0.0).then(|| r.req_per_s / m.req_per_s)
-                })
-                .collect();
+            let mut ratios: Vec<f64> =
+                jwt.iter()
+                    .filter(|r| r.point() == j.point())
+                    .filter_map(|r| {
+                        let m = results.every_round.iter().find(|m| {
+                            m.server == Kind::Microservices && m.round == r.round && m.point() == r.point()
+                        })?;
+                        (m.req_per_s > 0.0).then(|| r.req_per_s / m.req_per_s)
+                    })
+                    .collect();
             let listed: Vec<String> = ratios.iter().map(|x| format!("{x:.2}")).collect();
             ratios.sort_by(f64::total_cmp);
             let median = ratios.get(ratios.len().saturating_sub(1) / 2).map_or("–".into(), |m| format!("{m:.2}"));
