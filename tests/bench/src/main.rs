@@ -4,8 +4,9 @@
 //! (`standalone`) and as separate processes wired over gRPC (`microservices`), a bare hyper
 //! process answering a canned `tools/list` (`bare-hyper`) and the official Rust SDK serving
 //! the same tools (`rmcp`) — all pinned to CPU 0 and loaded one at a time, measurement after
-//! measurement, while the built-in load generator runs on CPU 1. Every answer is checked; the report gives req/s, latency percentiles, server
-//! CPU per request and peak RSS per process, with the platform's ratios to both references.
+//! measurement, while the built-in load generator runs on CPU 1. Every answer is checked; the
+//! report gives req/s, latency percentiles, server CPU per request and peak RSS per process,
+//! with the platform's ratios to both references.
 //!
 //! ```text
 //! cargo build --release --workspace --bins && cargo run --release -p bench -- --out target/bench

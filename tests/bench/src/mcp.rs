@@ -45,6 +45,11 @@ pub enum Op {
 impl Op {
     pub const ALL: [Op; 4] = [Op::List, Op::Call, Op::Read, Op::Discover];
 
+    /// Every scenario: each operation in each era it has, in the report's order.
+    pub fn scenarios() -> impl Iterator<Item = (Op, Era)> {
+        Op::ALL.into_iter().flat_map(|op| op.eras().iter().map(move |&era| (op, era)))
+    }
+
     pub fn label(self) -> &'static str {
         match self {
             Op::List => "tools/list",

@@ -38,9 +38,6 @@ pub struct Row {
     pub round: usize,
     /// How many rounds a summary row stands for (1 for a single measurement).
     pub rounds: usize,
-    /// Whether `peak_rss_kib` is this measurement's own (`/proc/PID/clear_refs` worked).
-    #[serde(skip)]
-    pub rss_per_measurement: bool,
     pub server: Kind,
     pub op: Op,
     pub era: Era,
@@ -127,7 +124,6 @@ impl Results {
     /// warnings. An even number of rounds takes the lower median. The rounds stay in
     /// `every_round`.
     pub fn summarise(&mut self) {
-        self.peak_rss_per_measurement &= self.rows.iter().all(|r| r.rss_per_measurement);
         if self.rows.iter().all(|r| r.round == 0) {
             return;
         }
@@ -167,7 +163,7 @@ impl Results {
 }
 
 /// The median (the lower one of an even count).
-fn median_f64(values: impl Iterator<Item = f64>) -> f64 {
+pub(crate) fn median_f64(values: impl Iterator<Item = f64>) -> f64 {
     let mut v: Vec<f64> = values.collect();
     v.sort_by(f64::total_cmp);
     v.get(v.len().saturating_sub(1) / 2).copied().unwrap_or(0.0)
@@ -204,7 +200,7 @@ async fn catalog_run(plan: &Plan, launch: &Launch<'_>, clock: &Clock, catalog: u
     let mut servers: Vec<Server> = Vec::new();
     for &kind in &plan.servers {
         let supported = |(op, era): (Op, Era)| kind.supports(op, era, catalog);
-        if !Op::ALL.iter().flat_map(|&op| op.eras().iter().map(move |&era| (op, era))).any(supported) {
+        if !Op::scenarios().any(supported) {
             continue;
         }
         eprintln!("== starting {} with {catalog} tools", kind.name());
@@ -213,7 +209,7 @@ async fn catalog_run(plan: &Plan, launch: &Launch<'_>, clock: &Clock, catalog: u
             Err(e) => results.failures.push(failure(kind, catalog, "start", format!("{e:#}"))),
         }
     }
-    for (op, era) in Op::ALL.iter().flat_map(|&op| op.eras().iter().map(move |&era| (op, era))) {
+    for (op, era) in Op::scenarios() {
         let what = format!("{} ({})", op.label(), era.version());
         // Each server's requests for this scenario, set up and warmed up.
         let mut taking_part: Vec<(usize, Arc<Workload>)> = Vec::new();
@@ -241,8 +237,9 @@ async fn catalog_run(plan: &Plan, launch: &Launch<'_>, clock: &Clock, catalog: u
                     }
                     let at = At { round, catalog, concurrency };
                     match measure(plan, clock, server, &workload, op, era, at).await {
-                        Ok(row) => {
+                        Ok((row, rss_own)) => {
                             progress(&row);
+                            results.peak_rss_per_measurement &= rss_own;
                             results.rows.push(row);
                         }
                         Err(e) => results.failures.push(failure(server.kind, catalog, &what, e)),
@@ -321,7 +318,8 @@ async fn prepare(
     Ok(workload)
 }
 
-/// One measurement: one server, scenario and concurrency level.
+/// One measurement: one server, scenario and concurrency level; with it, whether its peak
+/// memory is its own (`/proc/PID/clear_refs` worked) rather than the process's since it started.
 async fn measure(
     plan: &Plan,
     clock: &Clock,
@@ -330,12 +328,12 @@ async fn measure(
     op: Op,
     era: Era,
     At { round, catalog, concurrency }: At,
-) -> Result<Row, String> {
+) -> Result<(Row, bool), String> {
     let kind = server.kind;
     let settings = Settings { concurrency, duration: plan.duration, timeout: plan.timeout };
     let fleet = load::connect(&server.target, workload, settings).map_err(|e| e.to_string())?;
     fleet.ready().await;
-    let rss_per_measurement = server.reset_peaks();
+    let rss_own = server.reset_peaks();
     let _ = server.take_warnings();
     let (server0, own0, all0, warn0) = (server.cpu_ticks(), own_ticks(), all_ticks(), server.warnings());
     let by_process0 = server.cpu_ticks_by_process();
@@ -348,10 +346,9 @@ async fn measure(
     let server_cpu_s = server_ticks as f64 / clock.ticks_per_s;
     let own_cpu_s = own_ticks as f64 / clock.ticks_per_s;
     let h = &outcome.latency;
-    Ok(Row {
+    let row = Row {
         round,
         rounds: 1,
-        rss_per_measurement,
         server: kind,
         op,
         era,
@@ -383,7 +380,8 @@ async fn measure(
         peak_rss_kib: server.peaks(),
         server_warnings: warn1.saturating_sub(warn0),
         warning_samples: server.take_warnings(),
-    })
+    };
+    Ok((row, rss_own))
 }
 
 /// A load without measuring it (the warm-up).

@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 
 use super::Environment;
 use crate::mcp::{Era, Op};
-use crate::measure::{Plan, Results, Row};
+use crate::measure::{Plan, Results, Row, median_f64};
 use crate::servers::Kind;
 
 /// CPU used by other processes (percent of one core) above which a measurement is disturbed.
@@ -225,7 +225,7 @@ fn rounds(s: &mut String, results: &Results) {
         let _ = writeln!(s, "\n| scenario | era | conns | jwt ÷ microservices by round (req/s) | median |");
         let _ = writeln!(s, "|---|---|--:|---|--:|");
         for j in results.rows.iter().filter(|r| r.server == Kind::MicroservicesJwt) {
-            let mut ratios: Vec<f64> =
+            let ratios: Vec<f64> =
                 jwt.iter()
                     .filter(|r| r.point() == j.point())
                     .filter_map(|r| {
@@ -236,8 +236,8 @@ fn rounds(s: &mut String, results: &Results) {
                     })
                     .collect();
             let listed: Vec<String> = ratios.iter().map(|x| format!("{x:.2}")).collect();
-            ratios.sort_by(f64::total_cmp);
-            let median = ratios.get(ratios.len().saturating_sub(1) / 2).map_or("–".into(), |m| format!("{m:.2}"));
+            let median =
+                if ratios.is_empty() { "–".to_owned() } else { format!("{:.2}", median_f64(ratios.into_iter())) };
             let _ = writeln!(
                 s,
                 "| {} | {} | {} | {} | {median} |",
