@@ -2,14 +2,17 @@
 //! reports a change, so list calls never cross a second hop.
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use mcp_proto::registry::{self as pb, registry_client::RegistryClient};
 use mcp_proto::transport::GrpcChannel;
+use mcp_proto::vocab;
 use serde_json::Value;
 use tokio::sync::{broadcast, watch};
 use tokio_util::sync::CancellationToken;
+
+use crate::shape;
 
 /// One catalog item as mcp-service serves it.
 #[derive(Debug, Clone)]
@@ -43,6 +46,18 @@ pub struct CatalogView {
     /// their calls are rendered here, without a call to the registry.
     texts: mcp_proto::templates::Templates,
     text_tools: std::collections::HashSet<String>,
+    /// Every listed item shaped for each legacy revision and serialized, made on the first
+    /// list of that revision: legacy lists are written from these, not built per request.
+    legacy_lists: [OnceLock<LegacyLists>; vocab::LEGACY_REVISIONS.len()],
+}
+
+/// The items of the four lists shaped for one legacy revision, each serialized, in catalog
+/// order (index for index with `CatalogView::tools` and the others).
+pub struct LegacyLists {
+    pub tools: Vec<Box<str>>,
+    pub resources: Vec<Box<str>>,
+    pub templates: Vec<Box<str>>,
+    pub prompts: Vec<Box<str>>,
 }
 
 // === impl CatalogView ===
@@ -93,6 +108,7 @@ impl CatalogView {
             templates: c.resource_templates.into_iter().map(|t| item(t.uri_template, &t.json, t.scopes)).collect(),
             texts,
             text_tools,
+            legacy_lists: Default::default(),
         }
     }
 
@@ -138,6 +154,23 @@ impl CatalogView {
 
     pub fn prompt(&self, name: &str) -> Option<&Item> {
         self.prompt_index.get(name).map(|i| &self.prompts[*i])
+    }
+
+    /// The lists' items as a client of legacy revision `rev` sees them, serialized.
+    pub fn legacy_lists(&self, rev: &'static str) -> &LegacyLists {
+        let at = vocab::LEGACY_REVISIONS.iter().position(|r| *r == rev).unwrap_or(vocab::LEGACY_REVISIONS.len() - 1);
+        self.legacy_lists[at].get_or_init(|| {
+            let rev = vocab::LEGACY_REVISIONS[at];
+            let each = |items: &[Item], shape: fn(&Value, &str, bool) -> Value| -> Vec<Box<str>> {
+                items.iter().map(|i| shape(&i.def, rev, false).to_string().into_boxed_str()).collect()
+            };
+            LegacyLists {
+                tools: each(&self.tools, shape::tool),
+                resources: each(&self.resources, shape::item),
+                templates: each(&self.templates, shape::item),
+                prompts: each(&self.prompts, shape::item),
+            }
+        })
     }
 }
 

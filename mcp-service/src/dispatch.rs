@@ -191,7 +191,10 @@ impl Engine {
         observe(&env, era, &outcome, started);
         Some(match outcome {
             Ok(Answer { result, session_id, cache }) => Frame {
-                json: mcp_proto::jsonrpc::result(id, &result),
+                json: match result {
+                    Payload::Tree(result) => mcp_proto::jsonrpc::result(id, &result),
+                    Payload::Serialized(result) => mcp_proto::jsonrpc::result_serialized(id, &result),
+                },
                 disposition: Disposition::Reply,
                 session_id,
                 cache,
@@ -295,7 +298,7 @@ impl Engine {
         let public = result.get("cacheScope").and_then(Value::as_str) == Some("public");
         let cache = (public && ttl_ms > 0)
             .then(|| mcp_proto::mcp::CacheHint { ttl_ms, catalog_fingerprint: catalog.fingerprint });
-        Ok(Answer { result, session_id: None, cache })
+        Ok(Answer { result: Payload::Tree(result), session_id: None, cache })
     }
 
     async fn legacy(&self, env: &Envelope<'_>, ctx: &Context, sink: &Sink) -> Result<Answer, Error> {
@@ -307,6 +310,9 @@ impl Engine {
         let req =
             Request { era: Era::Legacy, revision: ctx.legacy_revision(), method, id: env.id_json(), params, ctx, sink };
         let catalog = self.catalog().await?;
+        if let Some(page) = methods::legacy_list(&req, &catalog, self.settings.page_size) {
+            return Ok(Answer { result: Payload::Serialized(page?), session_id: None, cache: None });
+        }
         let result = self.invoke(&req, &catalog).await?;
         if method == Method::Discover {
             // `server/discover` answers the same in both eras, so clients can probe with it.
@@ -321,7 +327,7 @@ impl Engine {
             let capabilities = req.params.get("capabilities").cloned().unwrap_or_else(|| json!({}));
             self.sessions.create(revision, capabilities).0
         });
-        Ok(Answer { result, session_id, cache: None })
+        Ok(Answer { result: Payload::Tree(result), session_id, cache: None })
     }
 
     async fn invoke(&self, req: &Request<'_>, catalog: &CatalogView) -> Result<Value, Error> {
@@ -379,7 +385,7 @@ impl Engine {
 
 /// A request's result, with what the transport needs besides it.
 struct Answer {
-    result: Value,
+    result: Payload,
     /// A new legacy session's id (the reply to `initialize` over HTTP).
     session_id: Option<String>,
     cache: Option<mcp_proto::mcp::CacheHint>,
@@ -387,7 +393,24 @@ struct Answer {
 
 impl Answer {
     fn plain(result: Value) -> Self {
-        Self { result, session_id: None, cache: None }
+        Self { result: Payload::Tree(result), session_id: None, cache: None }
+    }
+}
+
+/// A result as a tree, or already serialized (legacy lists, written from the catalog's
+/// serialized items).
+enum Payload {
+    Tree(Value),
+    Serialized(Vec<u8>),
+}
+
+impl Payload {
+    /// A member of a result tree (a serialized list has none worth asking for).
+    fn get(&self, key: &str) -> Option<&Value> {
+        match self {
+            Payload::Tree(result) => result.get(key),
+            Payload::Serialized(_) => None,
+        }
     }
 }
 

@@ -6,13 +6,26 @@ use crate::vocab::ErrorCode;
 
 /// Serialize a success reply. `id` is raw JSON text (`None` becomes `null`).
 pub fn result(id: Option<&str>, result: &Value) -> Vec<u8> {
-    let mut out = Vec::with_capacity(64);
-    out.extend_from_slice(br#"{"jsonrpc":"2.0","id":"#);
-    out.extend_from_slice(id.unwrap_or("null").as_bytes());
-    out.extend_from_slice(br#","result":"#);
+    let mut out = result_head(id, 64);
     // Writing a `Value` into a Vec cannot fail.
     let _ = serde_json::to_writer(&mut out, result);
     out.push(b'}');
+    out
+}
+
+/// A success reply around a result that is already serialized JSON.
+pub fn result_serialized(id: Option<&str>, result: &[u8]) -> Vec<u8> {
+    let mut out = result_head(id, result.len() + 48);
+    out.extend_from_slice(result);
+    out.push(b'}');
+    out
+}
+
+fn result_head(id: Option<&str>, capacity: usize) -> Vec<u8> {
+    let mut out = Vec::with_capacity(capacity);
+    out.extend_from_slice(br#"{"jsonrpc":"2.0","id":"#);
+    out.extend_from_slice(id.unwrap_or("null").as_bytes());
+    out.extend_from_slice(br#","result":"#);
     out
 }
 

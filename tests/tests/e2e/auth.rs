@@ -73,6 +73,9 @@ async fn tool_scopes_hide_tools_and_ask_for_step_up() {
         .await;
     assert_eq!(tool_names(&listed), vec!["hello"], "a tool the token cannot use is not listed");
     assert_eq!(listed.result()["cacheScope"], "private", "a list that depends on the caller is private");
+    let legacy_list = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"});
+    let legacy = client.post(&legacy_list, &[("mcp-protocol-version", "2025-06-18"), ("authorization", &auth)]).await;
+    assert_eq!(tool_names(&legacy), vec!["hello"], "legacy lists hide it too");
 
     for era in [MODERN, "2025-06-18"] {
         let ok = call(&client, &auth, era, "hello").await;
@@ -103,6 +106,8 @@ async fn tool_scopes_hide_tools_and_ask_for_step_up() {
         .post(&body, &[("mcp-protocol-version", MODERN), ("mcp-method", "tools/list"), ("authorization", &admin)])
         .await;
     assert_eq!(tool_names(&listed), vec!["hello", "purge"]);
+    let legacy = client.post(&legacy_list, &[("mcp-protocol-version", "2025-06-18"), ("authorization", &admin)]).await;
+    assert_eq!(tool_names(&legacy), vec!["hello", "purge"]);
 }
 
 fn sha256(token: &str) -> String {
