@@ -131,7 +131,13 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     if !plan.pinned {
         eprintln!("note: not pinned (taskset missing, --no-pin or one core): servers and load share the CPUs");
     }
-    let results = runtime.block_on(measure::run(&plan))?;
+    // Interrupted, the run is dropped: every server it started is killed with it.
+    let results = runtime.block_on(async {
+        tokio::select! {
+            results = measure::run(&plan) => results,
+            signal = interrupted() => anyhow::bail!("{signal}: stopped, and every server with it"),
+        }
+    })?;
     env.load_average_after = report::load_average();
     let md = report::write(&out, &env, &plan, &results)?;
     println!("{md}");
@@ -141,6 +147,18 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::FAILURE);
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The first SIGINT or SIGTERM, named.
+async fn interrupted() -> &'static str {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut int), Ok(mut term)) = (signal(SignalKind::interrupt()), signal(SignalKind::terminate())) else {
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = int.recv() => "interrupted",
+        _ = term.recv() => "terminated",
+    }
 }
 
 /// Every server, but the Python and TypeScript SDKs only in full runs and when installed
