@@ -1,11 +1,12 @@
 //! The latest catalog snapshot, kept in memory and replaced atomically whenever the registry
 //! reports a change, so list calls never cross a second hop.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use mcp_proto::registry::{self as pb, registry_client::RegistryClient};
+use mcp_proto::templates::Templates;
 use mcp_proto::transport::GrpcChannel;
 use mcp_proto::vocab;
 use serde_json::Value;
@@ -39,16 +40,29 @@ pub struct CatalogView {
     /// Equal for equal content wherever it is computed (every engine of a deployment runs the
     /// same binary): what the gateway's result cache is keyed on.
     pub fingerprint: u64,
-    /// Each tool's `inputSchema`, compiled once per catalog version (`None` when the schema
-    /// cannot be compiled; the registry refuses such schemas at load).
-    validators: Vec<Option<jsonschema::Validator>>,
-    /// The templates of `text` tools (named `tool:<name>`), compiled once per catalog version:
-    /// their calls are rendered here, without a call to the registry.
-    texts: mcp_proto::templates::Templates,
-    text_tools: std::collections::HashSet<String>,
+    /// Each tool's `inputSchema`, compiled on the tool's first call in this catalog version
+    /// (`None` when the schema cannot be compiled; the registry refuses such schemas at load).
+    /// A compiled schema takes about 5 KiB: a large catalog pays only for the tools in use.
+    validators: Vec<OnceLock<Option<jsonschema::Validator>>>,
+    /// `text` tools, rendered here without a call to the registry.
+    texts: HashMap<String, TextTool>,
     /// Every listed item shaped for each legacy revision and serialized, made on the first
     /// list of that revision: legacy lists are written from these, not built per request.
     legacy_lists: [OnceLock<LegacyLists>; vocab::LEGACY_REVISIONS.len()],
+}
+
+/// The name a text tool's template has in its own `Templates`.
+const TEXT: &str = "tool";
+
+/// A `text` tool's template, compiled on its first call in this catalog version (about 9 KiB
+/// compiled; most tools of a large catalog are never called).
+struct TextTool {
+    source: String,
+    /// The variables it may use: the properties of the tool's `inputSchema`.
+    allowed: BTreeSet<String>,
+    /// `None` when it does not compile here (the registry checked it at load): such a tool is
+    /// left to the registry.
+    compiled: OnceLock<Option<Templates>>,
 }
 
 /// The items of the four lists shaped for one legacy revision, each serialized, in catalog
@@ -69,8 +83,7 @@ impl CatalogView {
             let def = serde_json::from_slice(json).unwrap_or(Value::Null);
             Item { key, def, scopes }
         }
-        let mut texts = mcp_proto::templates::Templates::default();
-        let mut text_tools = std::collections::HashSet::new();
+        let mut texts = HashMap::new();
         for tool in &c.tools {
             let Some(source) = &tool.text_template else { continue };
             let def: Value = serde_json::from_slice(&tool.json).unwrap_or(Value::Null);
@@ -79,14 +92,7 @@ impl CatalogView {
                 .and_then(Value::as_object)
                 .map(|p| p.keys().cloned().collect())
                 .unwrap_or_default();
-            // The registry checked the template at load; one that does not compile here is
-            // left to the registry (called as for any other tool).
-            match texts.add(&format!("tool:{}", tool.name), source, &allowed) {
-                Ok(()) => {
-                    text_tools.insert(tool.name.clone());
-                }
-                Err(e) => tracing::warn!(tool = %tool.name, error = %e, "text tool left to the registry"),
-            }
+            texts.insert(tool.name.clone(), TextTool { source: source.clone(), allowed, compiled: OnceLock::new() });
         }
         let tools: Vec<Item> = c.tools.into_iter().map(|t| item(t.name, &t.json, t.scopes)).collect();
         let prompts: Vec<Item> = c.prompts.into_iter().map(|p| item(p.name, &p.json, p.scopes)).collect();
@@ -97,24 +103,32 @@ impl CatalogView {
             server_info: serde_json::from_slice(&c.server_info_json).unwrap_or(Value::Null),
             instructions: c.instructions,
             tool_index: tools.iter().enumerate().map(|(i, t)| (t.key.clone(), i)).collect(),
-            validators: tools
-                .iter()
-                .map(|t| t.def.get("inputSchema").and_then(|schema| jsonschema::validator_for(schema).ok()))
-                .collect(),
+            validators: tools.iter().map(|_| OnceLock::new()).collect(),
             prompt_index: prompts.iter().enumerate().map(|(i, p)| (p.key.clone(), i)).collect(),
             tools,
             prompts,
             resources: c.resources.into_iter().map(|r| item(r.uri, &r.json, r.scopes)).collect(),
             templates: c.resource_templates.into_iter().map(|t| item(t.uri_template, &t.json, t.scopes)).collect(),
             texts,
-            text_tools,
             legacy_lists: Default::default(),
         }
     }
 
     /// A `text` tool's rendering of `arguments` (`None`: not a text tool known here).
     pub fn render_text(&self, name: &str, arguments: &Value) -> Option<Result<String, String>> {
-        self.text_tools.contains(name).then(|| self.texts.render(&format!("tool:{name}"), arguments))
+        let tool = self.texts.get(name)?;
+        let compiled = tool.compiled.get_or_init(|| {
+            let mut templates = Templates::default();
+            match templates.add(TEXT, &tool.source, &tool.allowed) {
+                Ok(()) => Some(templates),
+                Err(e) => {
+                    // The registry checked the template at load; it is left to the registry.
+                    tracing::warn!(tool = %name, error = %e, "text tool left to the registry");
+                    None
+                }
+            }
+        });
+        compiled.as_ref().map(|t| t.render(TEXT, arguments))
     }
 
     /// Whether what `method` answers depends on the caller's scopes (some item it covers
@@ -140,7 +154,12 @@ impl CatalogView {
     /// Why `arguments` do not fit tool `name`'s `inputSchema` (one line per problem), if they
     /// do not.
     pub fn argument_errors(&self, name: &str, arguments: &Value) -> Option<String> {
-        let validator = self.tool_index.get(name).and_then(|i| self.validators[*i].as_ref())?;
+        let at = *self.tool_index.get(name)?;
+        let validator = self.validators[at]
+            .get_or_init(|| {
+                self.tools[at].def.get("inputSchema").and_then(|schema| jsonschema::validator_for(schema).ok())
+            })
+            .as_ref()?;
         let problems: Vec<String> = validator
             .iter_errors(arguments)
             .take(10)
@@ -330,11 +349,21 @@ mod tests {
             ],
             ..Default::default()
         });
+        // Nothing is compiled before a tool's first call.
+        assert!(view.validators.iter().all(|v| v.get().is_none()));
+        assert!(view.texts.values().all(|t| t.compiled.get().is_none()));
         let args = serde_json::json!({ "who": "<b>Ada</b>", "p": "a/b?c" });
         assert_eq!(view.render_text("greet", &args), Some(Ok("Hi <b>Ada</b>".to_owned())));
         assert_eq!(view.render_text("url", &args), Some(Ok("at a/b?c".to_owned())), "no URL encoding");
         assert_eq!(view.render_text("remote", &args), None);
         assert_eq!(view.render_text("odd", &args), None);
         assert_eq!(view.render_text("missing", &args), None);
+        assert_eq!(view.texts.values().filter(|t| t.compiled.get().is_some()).count(), 3, "greet, url, odd");
+        assert_eq!(
+            view.argument_errors("greet", &serde_json::json!({ "who": 1 })).map(|e| e.contains("string")),
+            Some(true)
+        );
+        assert_eq!(view.argument_errors("greet", &args), None);
+        assert_eq!(view.validators.iter().filter(|v| v.get().is_some()).count(), 1, "greet's schema only");
     }
 }
