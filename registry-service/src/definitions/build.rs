@@ -300,12 +300,21 @@ fn tool(def: &Spanned<ToolDef>, file: &File, databases: &Databases, issues: &mut
     };
     let handler = match (&t.text, &t.http, &t.sql) {
         (Some(source), None, None) => {
-            let mut templates = Templates::default();
-            match templates.add("text", source, &properties) {
+            let mut check = Templates::default();
+            match check.add("text", source, &properties) {
                 Err(e) => Err(vec![e]),
                 Ok(()) => {
-                    let templates = Arc::new(templates);
+                    // Checked now, compiled again on the first call: a compiled template takes
+                    // about 9 KiB, and most tools of a large catalog are never called.
+                    let lazy = Arc::new((source.clone(), properties.clone(), std::sync::OnceLock::new()));
                     let handler: crate::catalog::ToolHandler = Arc::new(move |args, _| {
+                        let (source, properties, compiled) = &*lazy;
+                        let templates = compiled.get_or_init(|| {
+                            let mut templates = Templates::default();
+                            // It compiled at load; the same source with the same names compiles again.
+                            let _ = templates.add("text", source, properties);
+                            templates
+                        });
                         let rendered = templates.render("text", &args);
                         Box::pin(async move {
                             match rendered {
