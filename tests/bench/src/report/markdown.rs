@@ -159,16 +159,18 @@ fn pagination(s: &mut String, results: &Results) {
         return;
     }
     let _ = writeln!(s, "## Paginated lists: cost per page\n");
+    // Per-page figures come from the fewest connections measured (one, unless left out).
+    let min_c = levels(&results.rows).first().copied().unwrap_or(1);
     let _ = writeln!(
         s,
-        "Each `tools/list` request of the load is one page, the pages in turn; per-page figures are from one connection.\n"
+        "Each `tools/list` request of the load is one page, the pages in turn; per-page figures are from the \
+         measurements with {min_c} connection(s).\n"
     );
     let _ = writeln!(
         s,
-        "| server | era | tools | pages | tools on page 1 | p50 per page µs (1 conn) | CPU µs per page (1 conn) | full listing ms (one connection, median of 3) |"
+        "| server | era | tools | pages | tools on page 1 | p50 per page µs ({min_c} conns) | CPU µs per page ({min_c} conns) | full listing ms (one connection, median of 3) |"
     );
     let _ = writeln!(s, "|---|---|--:|--:|--:|--:|--:|--:|");
-    let min_c = levels(&results.rows).first().copied().unwrap_or(1);
     for l in &results.listings {
         let row = find(&results.rows, l.server, Op::List, l.era, l.catalog, min_c);
         let _ = writeln!(
