@@ -48,7 +48,7 @@ pub struct CatalogView {
     texts: HashMap<String, TextTool>,
     /// Every listed item shaped for each legacy revision and serialized, made on the first
     /// list of that revision: legacy lists are written from these, not built per request.
-    legacy_lists: [OnceLock<LegacyLists>; vocab::LEGACY_REVISIONS.len()],
+    pub(crate) legacy_lists: [OnceLock<LegacyLists>; vocab::LEGACY_REVISIONS.len()],
 }
 
 /// The name a text tool's template has in its own `Templates`.

@@ -38,19 +38,19 @@ pub(crate) fn list_page(
 }
 
 /// A legacy list's page as the serialized `result`, written from the items the catalog keeps
-/// serialized for the request's revision (the same bytes `list_page` would give, without
+/// serialized for the request's revision (the same JSON `list_page` would give, without
 /// building and serializing a tree per request); `None` when `req` is not a list.
 pub(crate) fn legacy_list(
     req: &Request<'_>,
     catalog: &CatalogView,
     page_size: usize,
 ) -> Option<Result<Vec<u8>, Error>> {
-    let lists = catalog.legacy_lists(req.revision);
+    let lists = || catalog.legacy_lists(req.revision);
     let (items, json, key) = match req.method {
-        Method::ToolsList => (&catalog.tools, &lists.tools, "tools"),
-        Method::ResourcesList => (&catalog.resources, &lists.resources, "resources"),
-        Method::ResourceTemplatesList => (&catalog.templates, &lists.templates, "resourceTemplates"),
-        Method::PromptsList => (&catalog.prompts, &lists.prompts, "prompts"),
+        Method::ToolsList => (&catalog.tools, &lists().tools, "tools"),
+        Method::ResourcesList => (&catalog.resources, &lists().resources, "resources"),
+        Method::ResourceTemplatesList => (&catalog.templates, &lists().templates, "resourceTemplates"),
+        Method::PromptsList => (&catalog.prompts, &lists().prompts, "prompts"),
         _ => return None,
     };
     let page = || {
@@ -187,7 +187,10 @@ mod tests {
             sink: &sink,
         };
         assert!(matches!(legacy_list(&req, &catalog, 2), Some(Err(Error::InvalidCursor))));
+        // Another method is not a list, and does not make the serialized lists.
+        let fresh = self::catalog();
         let req = Request { method: Method::ToolsCall, ..req };
-        assert!(legacy_list(&req, &catalog, 2).is_none(), "not a list");
+        assert!(legacy_list(&req, &fresh, 2).is_none(), "not a list");
+        assert!(fresh.legacy_lists.iter().all(|l| l.get().is_none()), "a call does not make the lists");
     }
 }
