@@ -1,12 +1,12 @@
 //! The latest catalog snapshot, kept in memory and replaced atomically whenever the registry
 //! reports a change, so list calls never cross a second hop.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use mcp_proto::registry::{self as pb, registry_client::RegistryClient};
-use mcp_proto::templates::Templates;
+use mcp_proto::templates::Lazy as LazyTemplate;
 use mcp_proto::transport::GrpcChannel;
 use mcp_proto::vocab;
 use serde_json::Value;
@@ -44,25 +44,12 @@ pub struct CatalogView {
     /// (`None` when the schema cannot be compiled; the registry refuses such schemas at load).
     /// A compiled schema takes about 5 KiB: a large catalog pays only for the tools in use.
     validators: Vec<OnceLock<Option<jsonschema::Validator>>>,
-    /// `text` tools, rendered here without a call to the registry.
-    texts: HashMap<String, TextTool>,
+    /// `text` tools' templates, each compiled on the tool's first call in this catalog version:
+    /// their calls are rendered here, without a call to the registry.
+    texts: HashMap<String, LazyTemplate>,
     /// Every listed item shaped for each legacy revision and serialized, made on the first
     /// list of that revision: legacy lists are written from these, not built per request.
     pub(crate) legacy_lists: [OnceLock<LegacyLists>; vocab::LEGACY_REVISIONS.len()],
-}
-
-/// The name a text tool's template has in its own `Templates`.
-const TEXT: &str = "tool";
-
-/// A `text` tool's template, compiled on its first call in this catalog version (about 9 KiB
-/// compiled; most tools of a large catalog are never called).
-struct TextTool {
-    source: String,
-    /// The variables it may use: the properties of the tool's `inputSchema`.
-    allowed: BTreeSet<String>,
-    /// `None` when it does not compile here (the registry checked it at load): such a tool is
-    /// left to the registry.
-    compiled: OnceLock<Option<Templates>>,
 }
 
 /// The items of the four lists shaped for one legacy revision, each serialized, in catalog
@@ -92,7 +79,7 @@ impl CatalogView {
                 .and_then(Value::as_object)
                 .map(|p| p.keys().cloned().collect())
                 .unwrap_or_default();
-            texts.insert(tool.name.clone(), TextTool { source: source.clone(), allowed, compiled: OnceLock::new() });
+            texts.insert(tool.name.clone(), LazyTemplate::new(source.clone(), allowed));
         }
         let tools: Vec<Item> = c.tools.into_iter().map(|t| item(t.name, &t.json, t.scopes)).collect();
         let prompts: Vec<Item> = c.prompts.into_iter().map(|p| item(p.name, &p.json, p.scopes)).collect();
@@ -116,19 +103,19 @@ impl CatalogView {
 
     /// A `text` tool's rendering of `arguments` (`None`: not a text tool known here).
     pub fn render_text(&self, name: &str, arguments: &Value) -> Option<Result<String, String>> {
-        let tool = self.texts.get(name)?;
-        let compiled = tool.compiled.get_or_init(|| {
-            let mut templates = Templates::default();
-            match templates.add(TEXT, &tool.source, &tool.allowed) {
-                Ok(()) => Some(templates),
-                Err(e) => {
-                    // The registry checked the template at load; it is left to the registry.
+        let text = self.texts.get(name)?;
+        let first = !text.tried();
+        match text.compiled() {
+            Ok(_) => Some(text.render(arguments)),
+            // The registry checked the template at load; one that does not compile here is
+            // left to the registry (called as for any other tool).
+            Err(e) => {
+                if first {
                     tracing::warn!(tool = %name, error = %e, "text tool left to the registry");
-                    None
                 }
+                None
             }
-        });
-        compiled.as_ref().map(|t| t.render(TEXT, arguments))
+        }
     }
 
     /// Whether what `method` answers depends on the caller's scopes (some item it covers
@@ -351,14 +338,14 @@ mod tests {
         });
         // Nothing is compiled before a tool's first call.
         assert!(view.validators.iter().all(|v| v.get().is_none()));
-        assert!(view.texts.values().all(|t| t.compiled.get().is_none()));
+        assert!(view.texts.values().all(|t| !t.tried()));
         let args = serde_json::json!({ "who": "<b>Ada</b>", "p": "a/b?c" });
         assert_eq!(view.render_text("greet", &args), Some(Ok("Hi <b>Ada</b>".to_owned())));
         assert_eq!(view.render_text("url", &args), Some(Ok("at a/b?c".to_owned())), "no URL encoding");
         assert_eq!(view.render_text("remote", &args), None);
         assert_eq!(view.render_text("odd", &args), None);
         assert_eq!(view.render_text("missing", &args), None);
-        assert_eq!(view.texts.values().filter(|t| t.compiled.get().is_some()).count(), 3, "greet, url, odd");
+        assert_eq!(view.texts.values().filter(|t| t.tried()).count(), 3, "greet, url, odd");
         assert_eq!(
             view.argument_errors("greet", &serde_json::json!({ "who": 1 })).map(|e| e.contains("string")),
             Some(true)

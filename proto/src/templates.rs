@@ -3,6 +3,7 @@
 //! catalog snapshot without a call to the registry) must apply alike.
 
 use std::collections::BTreeSet;
+use std::sync::OnceLock;
 
 use minijinja::Environment;
 use serde_json::Value;
@@ -65,6 +66,50 @@ impl Templates {
     }
 }
 
+/// One template, compiled on its first use: a compiled template takes about 9 KiB, and most
+/// tools of a large catalog are never called.
+pub struct Lazy {
+    source: String,
+    /// The variables it may use.
+    allowed: BTreeSet<String>,
+    /// Why it does not compile, if it does not.
+    compiled: OnceLock<Result<Templates, String>>,
+}
+
+impl Lazy {
+    /// The template's name in its own `Templates` (not `URL`: values are not percent-encoded).
+    const NAME: &str = "text";
+
+    /// A template compiled on first use, and only then found broken if it is.
+    pub fn new(source: String, allowed: BTreeSet<String>) -> Self {
+        Self { source, allowed, compiled: OnceLock::new() }
+    }
+
+    /// A template checked now (compiled once and dropped) and compiled again on first use.
+    pub fn checked(source: &str, allowed: &BTreeSet<String>) -> Result<Self, String> {
+        Templates::default().add(Self::NAME, source, allowed)?;
+        Ok(Self::new(source.to_owned(), allowed.clone()))
+    }
+
+    /// Whether it has been compiled (or found not to compile) yet.
+    pub fn tried(&self) -> bool {
+        self.compiled.get().is_some()
+    }
+
+    /// The compiled template, compiling it on the first call; why it does not compile if not.
+    pub fn compiled(&self) -> Result<&Templates, &str> {
+        let compiled = self.compiled.get_or_init(|| {
+            let mut templates = Templates::default();
+            templates.add(Self::NAME, &self.source, &self.allowed).map(|()| templates)
+        });
+        compiled.as_ref().map_err(String::as_str)
+    }
+
+    pub fn render(&self, vars: &Value) -> Result<String, String> {
+        self.compiled().map_err(str::to_owned)?.render(Self::NAME, vars)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -106,5 +151,18 @@ mod tests {
             one("body", "{{ note | tojson }}", json!({"note": "\"}, \"admin\": true"})),
             r#""\"}, \"admin\": true""#
         );
+    }
+
+    #[test]
+    fn lazy_templates_compile_on_first_use() {
+        let allowed: BTreeSet<String> = ["who".to_owned()].into();
+        let lazy = Lazy::checked("Hi {{ who }}", &allowed).expect("checked");
+        assert!(!lazy.tried(), "checked, not kept");
+        assert_eq!(lazy.render(&json!({ "who": "Ada" })), Ok("Hi Ada".to_owned()));
+        assert!(lazy.tried());
+        assert!(Lazy::checked("{{ secret }}", &allowed).is_err(), "an undeclared variable is refused");
+        let broken = Lazy::new("{{ secret }}".to_owned(), allowed);
+        assert!(broken.compiled().is_err_and(|e| e.contains("secret")));
+        assert!(broken.render(&json!({})).is_err());
     }
 }

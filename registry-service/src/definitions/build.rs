@@ -300,22 +300,13 @@ fn tool(def: &Spanned<ToolDef>, file: &File, databases: &Databases, issues: &mut
     };
     let handler = match (&t.text, &t.http, &t.sql) {
         (Some(source), None, None) => {
-            let mut check = Templates::default();
-            match check.add("text", source, &properties) {
+            // Checked now, compiled again on the tool's first call.
+            match mcp_proto::templates::Lazy::checked(source, &properties) {
                 Err(e) => Err(vec![e]),
-                Ok(()) => {
-                    // Checked now, compiled again on the first call: a compiled template takes
-                    // about 9 KiB, and most tools of a large catalog are never called.
-                    let lazy = Arc::new((source.clone(), properties.clone(), std::sync::OnceLock::new()));
+                Ok(text) => {
+                    let text = Arc::new(text);
                     let handler: crate::catalog::ToolHandler = Arc::new(move |args, _| {
-                        let (source, properties, compiled) = &*lazy;
-                        let templates = compiled.get_or_init(|| {
-                            let mut templates = Templates::default();
-                            // It compiled at load; the same source with the same names compiles again.
-                            let _ = templates.add("text", source, properties);
-                            templates
-                        });
-                        let rendered = templates.render("text", &args);
+                        let rendered = text.render(&args);
                         Box::pin(async move {
                             match rendered {
                                 Ok(text) => Ok(Outcome::Complete(text_result(text, false))),
