@@ -17,6 +17,7 @@ pub mod envelope;
 pub mod header_codec;
 pub mod jsonrpc;
 pub mod log_fields;
+pub mod mimalloc;
 pub mod outbound;
 pub mod runtime;
 pub mod telemetry;

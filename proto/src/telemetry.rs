@@ -22,6 +22,9 @@ use tracing_subscriber::{EnvFilter, Layer as _};
 
 static METRICS: OnceLock<Option<PrometheusHandle>> = OnceLock::new();
 
+/// A binary's own work for the upkeep thread, done every [`UPKEEP_EVERY`]: see [`every_second`].
+static EVERY_SECOND: OnceLock<fn()> = OnceLock::new();
+
 /// Latency buckets, in seconds: 100 µs to 10 s.
 const LATENCY_BUCKETS: [f64; 14] =
     [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 10.0];
@@ -132,11 +135,22 @@ fn keep_up(handle: PrometheusHandle) {
         loop {
             std::thread::sleep(UPKEEP_EVERY);
             handle.run_upkeep();
+            if let Some(work) = EVERY_SECOND.get() {
+                work();
+            }
         }
     });
     if let Err(e) = started {
         tracing::warn!(error = %e, "metrics upkeep could not start: histograms grow until scraped");
     }
+}
+
+/// Have the upkeep thread also run `work` every second, for work that must not wait for the
+/// process to be busy: the binaries with mimalloc ask it to return freed memory, which it
+/// otherwise does only when some thread next allocates (an idle service kept what a burst of
+/// large reads had allocated). Once per process; `false` if work was already set.
+pub fn every_second(work: fn()) -> bool {
+    EVERY_SECOND.set(work).is_ok()
 }
 
 /// The metrics of this process in the Prometheus text format.
@@ -286,5 +300,24 @@ mod tests {
         let text = render_metrics();
         assert!(text.contains("test_requests_total{method=\"tools/list\"} 2"), "{text}");
         assert!(text.contains("test_latency_seconds_bucket{le=\"0.005\"} 1"), "{text}");
+    }
+
+    static RUNS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+    fn count_run() {
+        RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    #[test]
+    fn upkeep_runs_the_binarys_work_every_second() {
+        init_metrics();
+        assert!(every_second(count_run));
+        assert!(!every_second(count_run), "the work is set once per process");
+        // Bounded wait: two runs take about two seconds.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
+        while RUNS.load(std::sync::atomic::Ordering::Relaxed) < 2 {
+            assert!(std::time::Instant::now() < deadline, "the upkeep thread did not run the work twice");
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
     }
 }

@@ -7,6 +7,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 #[tokio::main]
 async fn main() {
     let _telemetry = mcp_proto::telemetry::init("registry-service");
+    mcp_proto::telemetry::every_second(mcp_proto::mimalloc::return_freed_memory);
     let cli = Cli::parse();
     let config = match cli.load() {
         Ok(c) => c,
