@@ -190,15 +190,9 @@ impl Engine {
         };
         observe(&env, era, &outcome, started);
         Some(match outcome {
-            Ok(Answer { result, session_id, cache }) => Frame {
-                json: match result {
-                    Payload::Tree(result) => mcp_proto::jsonrpc::result(id, &result),
-                    Payload::Serialized(result) => mcp_proto::jsonrpc::result_serialized(id, &result),
-                },
-                disposition: Disposition::Reply,
-                session_id,
-                cache,
-            },
+            Ok(Answer { result, session_id, cache }) => {
+                Frame { json: result.reply(id), disposition: Disposition::Reply, session_id, cache }
+            }
             Err(e) => Frame::new(e.to_json(id, era), e.disposition(era)),
         })
     }
@@ -290,15 +284,14 @@ impl Engine {
             sink,
         };
         let catalog = self.catalog().await?;
-        let result = self.invoke(&req, &catalog).await?;
-        let result = self.wrap_modern(result, method, ctx, &catalog);
+        let result = self.invoke(&req, &catalog).await?.map_tree(|tree| self.wrap_modern(tree, method, ctx, &catalog));
         // A result that is the same for anyone asking the same question of this catalog may be
         // reused by the gateway for its `ttlMs`.
         let ttl_ms = result.get("ttlMs").and_then(Value::as_u64).unwrap_or(0);
         let public = result.get("cacheScope").and_then(Value::as_str) == Some("public");
         let cache = (public && ttl_ms > 0)
             .then(|| mcp_proto::mcp::CacheHint { ttl_ms, catalog_fingerprint: catalog.fingerprint });
-        Ok(Answer { result: Payload::Tree(result), session_id: None, cache })
+        Ok(Answer { result, session_id: None, cache })
     }
 
     async fn legacy(&self, env: &Envelope<'_>, ctx: &Context, sink: &Sink) -> Result<Answer, Error> {
@@ -316,7 +309,7 @@ impl Engine {
         let result = self.invoke(&req, &catalog).await?;
         if method == Method::Discover {
             // `server/discover` answers the same in both eras, so clients can probe with it.
-            return Ok(Answer::plain(self.wrap_modern(result, method, ctx, &catalog)));
+            return Ok(Answer::plain(result.map_tree(|tree| self.wrap_modern(tree, method, ctx, &catalog))));
         }
         // A handshake over HTTP starts a session; its id carries the negotiated revision.
         let session_id = (method == Method::Initialize && ctx.transport == Transport::StreamableHttp).then(|| {
@@ -327,13 +320,13 @@ impl Engine {
             let capabilities = req.params.get("capabilities").cloned().unwrap_or_else(|| json!({}));
             self.sessions.create(revision, capabilities).0
         });
-        Ok(Answer { result: Payload::Tree(result), session_id, cache: None })
+        Ok(Answer { result, session_id, cache: None })
     }
 
-    async fn invoke(&self, req: &Request<'_>, catalog: &CatalogView) -> Result<Value, Error> {
+    async fn invoke(&self, req: &Request<'_>, catalog: &CatalogView) -> Result<Payload, Error> {
         use methods::{lifecycle, prompts, resources, subscriptions, tools};
         let page = self.settings.page_size;
-        match req.method {
+        let tree = match req.method {
             Method::Initialize => lifecycle::initialize(req, catalog),
             Method::Ping => Ok(json!({})),
             Method::SetLogLevel => lifecycle::set_log_level(req),
@@ -342,7 +335,7 @@ impl Engine {
             Method::ToolsCall => tools::call(self, req, catalog).await,
             Method::ResourcesList => resources::list(req, catalog, page),
             Method::ResourceTemplatesList => resources::list_templates(req, catalog, page),
-            Method::ResourcesRead => resources::read(self, req).await,
+            Method::ResourcesRead => return resources::read(self, req).await,
             Method::ResourcesSubscribe => subscriptions::subscribe(req, true),
             Method::ResourcesUnsubscribe => subscriptions::subscribe(req, false),
             Method::SubscriptionsListen => subscriptions::listen(self, req, catalog).await,
@@ -350,7 +343,8 @@ impl Engine {
             Method::PromptsGet => prompts::get(self, req).await,
             Method::Complete => prompts::complete(self, req).await,
             Method::Unknown => Err(Error::MethodNotFound(String::new())),
-        }
+        };
+        tree.map(Payload::Tree)
     }
 
     async fn catalog(&self) -> Result<Arc<CatalogView>, Error> {
@@ -392,24 +386,46 @@ struct Answer {
 }
 
 impl Answer {
-    fn plain(result: Value) -> Self {
-        Self { result: Payload::Tree(result), session_id: None, cache: None }
+    fn plain(result: Payload) -> Self {
+        Self { result, session_id: None, cache: None }
     }
 }
 
-/// A result as a tree, or already serialized (legacy lists, written from the catalog's
-/// serialized items).
-enum Payload {
+/// A result as a tree, already serialized (legacy lists, written from the catalog's
+/// serialized items), or a tree with one member passed through as serialized JSON (a
+/// `resources/read`'s `contents` as the registry wrote them: a megabyte of text is neither
+/// parsed nor written again).
+pub(crate) enum Payload {
     Tree(Value),
     Serialized(Vec<u8>),
+    Spliced { head: Value, member: &'static str, json: Vec<u8> },
 }
 
 impl Payload {
-    /// A member of a result tree (a serialized list has none worth asking for).
+    /// A member of a result tree (a serialized list has none worth asking for; a spliced
+    /// member is not looked into).
     fn get(&self, key: &str) -> Option<&Value> {
         match self {
-            Payload::Tree(result) => result.get(key),
+            Payload::Tree(result) | Payload::Spliced { head: result, .. } => result.get(key),
             Payload::Serialized(_) => None,
+        }
+    }
+
+    /// `f` applied to the tree (to the head of a spliced result).
+    fn map_tree(self, f: impl FnOnce(Value) -> Value) -> Self {
+        match self {
+            Payload::Tree(tree) => Payload::Tree(f(tree)),
+            Payload::Spliced { head, member, json } => Payload::Spliced { head: f(head), member, json },
+            serialized @ Payload::Serialized(_) => serialized,
+        }
+    }
+
+    /// The JSON-RPC reply to request `id` carrying this result.
+    fn reply(&self, id: Option<&str>) -> Vec<u8> {
+        match self {
+            Payload::Tree(result) => mcp_proto::jsonrpc::result(id, result),
+            Payload::Serialized(result) => mcp_proto::jsonrpc::result_serialized(id, result),
+            Payload::Spliced { head, member, json } => mcp_proto::jsonrpc::result_spliced(id, head, member, json),
         }
     }
 }

@@ -21,6 +21,25 @@ pub fn result_serialized(id: Option<&str>, result: &[u8]) -> Vec<u8> {
     out
 }
 
+/// A success reply whose result is the members of `head` (an object; anything else counts as
+/// empty) and one more, `member`, whose value is already serialized JSON, written as it is.
+pub fn result_spliced(id: Option<&str>, head: &Value, member: &str, json: &[u8]) -> Vec<u8> {
+    let mut out = result_head(id, json.len() + member.len() + 512);
+    out.push(b'{');
+    // Writing strings and `Value`s into a Vec cannot fail.
+    for (key, value) in head.as_object().into_iter().flatten().filter(|(k, _)| *k != member) {
+        let _ = serde_json::to_writer(&mut out, key);
+        out.push(b':');
+        let _ = serde_json::to_writer(&mut out, value);
+        out.push(b',');
+    }
+    let _ = serde_json::to_writer(&mut out, member);
+    out.push(b':');
+    out.extend_from_slice(json);
+    out.extend_from_slice(b"}}");
+    out
+}
+
 fn result_head(id: Option<&str>, capacity: usize) -> Vec<u8> {
     let mut out = Vec::with_capacity(capacity);
     out.extend_from_slice(br#"{"jsonrpc":"2.0","id":"#);
@@ -70,5 +89,21 @@ mod tests {
         assert_eq!(r, json!({"jsonrpc":"2.0","id":"a","result":{"x":1}}));
         let e: Value = serde_json::from_slice(&error(None, ErrorCode::PARSE_ERROR, "Parse error", None)).expect("json");
         assert_eq!(e, json!({"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"Parse error"}}));
+    }
+
+    #[test]
+    fn spliced_member_is_written_as_it_is() {
+        let contents = br#"[{"uri":"file:///a","text":"a \"quoted\" line"}]"#;
+        let head = json!({"ttlMs": 5, "_meta": {"k": "v"}});
+        let r: Value = serde_json::from_slice(&result_spliced(Some("7"), &head, "contents", contents)).expect("json");
+        let expected =
+            json!({"ttlMs": 5, "_meta": {"k": "v"}, "contents": [{"uri": "file:///a", "text": "a \"quoted\" line"}]});
+        assert_eq!(r, json!({"jsonrpc": "2.0", "id": 7, "result": expected}));
+        // An empty head, or one that is not an object, gives the member alone; a member of the
+        // same name in the head gives way to the spliced one.
+        for head in [json!({}), json!(null), json!({"contents": "stale"})] {
+            let r: Value = serde_json::from_slice(&result_spliced(None, &head, "contents", b"[1]")).expect("json");
+            assert_eq!(r, json!({"jsonrpc": "2.0", "id": null, "result": {"contents": [1]}}), "{head}");
+        }
     }
 }

@@ -21,19 +21,37 @@ use crate::seal::{self, now};
 
 const PURPOSE: &str = "mcp-request-state";
 
-/// What one round of a handler produced.
+/// What one round of a handler produced: its result (a tree, or JSON passed through as the
+/// registry wrote it), or what it needs first.
 #[derive(Debug)]
-pub enum Handled {
-    Complete(Value),
+pub enum Handled<T = Value> {
+    Complete(T),
     InputRequired { requests: Value, state: Value },
     MissingCapabilities(Value),
 }
 
-impl Handled {
+/// How a request with input ended: its result, or (2026-07-28) the `input_required` result
+/// that asks the client.
+#[derive(Debug)]
+pub enum Ran<T = Value> {
+    Complete(T),
+    InputRequired(Value),
+}
+
+impl Ran {
+    /// The result, whichever it is.
+    pub fn into_value(self) -> Value {
+        match self {
+            Ran::Complete(v) | Ran::InputRequired(v) => v,
+        }
+    }
+}
+
+impl<T> Handled<T> {
     /// From the registry's wire form.
     pub fn from_wire(
         input: Option<mcp_proto::registry::InputRequired>,
-        complete: impl FnOnce() -> Result<Value, Error>,
+        complete: impl FnOnce() -> Result<T, Error>,
     ) -> Result<Self, Error> {
         match input {
             Some(i) => {
@@ -84,23 +102,23 @@ struct Sealed {
 
 /// Run a handler that may ask for client input. `bound` holds the parameters the request
 /// state is bound to (arguments); `call` performs one round against the registry.
-pub async fn run<F, Fut>(
+pub async fn run<T, F, Fut>(
     engine: &Engine,
     req: &Request<'_>,
     target: &str,
     bound: &Value,
     mut call: F,
-) -> Result<Value, Error>
+) -> Result<Ran<T>, Error>
 where
     F: FnMut(Round) -> Fut,
-    Fut: Future<Output = Result<Handled, Error>>,
+    Fut: Future<Output = Result<Handled<T>, Error>>,
 {
     let method = format!("{:?}", req.method);
     let subject = req.ctx.principal.as_ref().map(|p| p.subject.clone()).unwrap_or_default();
     if req.modern() {
         let round = modern_round(engine, req, &method, target, bound, &subject)?;
         return match call(round).await? {
-            Handled::Complete(v) => Ok(v),
+            Handled::Complete(v) => Ok(Ran::Complete(v)),
             Handled::MissingCapabilities(caps) => Err(Error::MissingCapability(caps)),
             Handled::InputRequired { requests, state } => {
                 let sealed = Sealed {
@@ -111,18 +129,18 @@ where
                     e: now().saturating_add(engine.settings.request_state_ttl.as_secs()),
                     s: state,
                 };
-                Ok(json!({
+                Ok(Ran::InputRequired(json!({
                     "resultType": "input_required",
                     "inputRequests": requests,
                     "requestState": engine.sealer.seal(PURPOSE, &sealed),
-                }))
+                })))
             }
         };
     }
     let mut round = Round::default();
     for _ in 0..engine.settings.max_input_rounds {
         match call(round).await? {
-            Handled::Complete(v) => return Ok(v),
+            Handled::Complete(v) => return Ok(Ran::Complete(v)),
             Handled::MissingCapabilities(caps) => return Err(Error::MissingCapability(caps)),
             Handled::InputRequired { requests, state } => {
                 let responses = ask_client(engine, req, &requests).await?;

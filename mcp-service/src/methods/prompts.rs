@@ -57,6 +57,7 @@ pub async fn get(engine: &Engine, req: &Request<'_>) -> Result<Value, Error> {
         }
     })
     .await
+    .map(input::Ran::into_value)
 }
 
 pub async fn complete(engine: &Engine, req: &Request<'_>) -> Result<Value, Error> {

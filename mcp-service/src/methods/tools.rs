@@ -72,7 +72,8 @@ pub async fn call(engine: &Engine, req: &Request<'_>, catalog: &CatalogView) -> 
         };
         one_round(engine, req, name, call, progress_token.as_ref())
     })
-    .await?;
+    .await?
+    .into_value();
     Ok(shape::call_result(result, req.revision, req.modern()))
 }
 
