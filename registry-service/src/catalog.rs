@@ -4,7 +4,10 @@
 //! registry needs to execute them, so the snapshot sent to mcp-service needs no translation.
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
 
 use futures_util::future::BoxFuture;
 use mcp_proto::registry as pb;
@@ -87,8 +90,85 @@ pub struct Tool {
 pub enum Content {
     Text(String),
     Blob(Vec<u8>),
-    /// A file, read on every request.
-    File(std::path::PathBuf),
+    /// A file, read on every request (its serialized contents kept while it is unchanged).
+    File(FileSource),
+}
+
+/// A file resource. The file is looked at on every read; its serialized `contents` are kept
+/// and served again while it has the same length and modification time, and only once it
+/// has not been modified for [`SETTLED`] (a file system whose clock ticks in whole seconds
+/// cannot hide a second change within the same tick). A large file is then neither read,
+/// checked as UTF-8 nor escaped into JSON again on each read.
+#[derive(Debug, Clone)]
+pub struct FileSource {
+    pub path: PathBuf,
+    kept: Arc<Mutex<Option<KeptFile>>>,
+}
+
+/// How long a file must have been left alone before its contents are kept.
+const SETTLED: Duration = Duration::from_secs(2);
+/// The largest file whose contents are kept, and the most kept in all (per process).
+const KEEP_AT_MOST: usize = 16 << 20;
+const KEEP_IN_ALL: usize = 64 << 20;
+static KEPT_BYTES: AtomicUsize = AtomicUsize::new(0);
+
+#[derive(Debug)]
+struct KeptFile {
+    len: u64,
+    modified: SystemTime,
+    json: Box<[u8]>,
+}
+
+impl Drop for KeptFile {
+    fn drop(&mut self) {
+        KEPT_BYTES.fetch_sub(self.json.len(), Ordering::Relaxed);
+    }
+}
+
+// === impl FileSource ===
+
+impl FileSource {
+    pub fn new(path: PathBuf) -> Self {
+        Self { path, kept: Arc::default() }
+    }
+
+    /// The serialized `contents` array of a read of this file as `uri`.
+    pub fn contents_json(&self, uri: &str, mime: &str) -> Result<Vec<u8>, String> {
+        let meta = std::fs::metadata(&self.path).map_err(|e| format!("cannot read `{}`: {e}", self.path.display()))?;
+        let (len, modified) = (meta.len(), meta.modified().ok());
+        if let (Some(modified), Ok(kept)) = (modified, self.kept.lock())
+            && let Some(k) = kept.as_ref().filter(|k| k.len == len && k.modified == modified)
+        {
+            return Ok(k.json.to_vec());
+        }
+        let item = crate::definitions::file_contents(uri, &self.path, mime)?;
+        let json = serde_json::to_vec(&[item]).map_err(|e| e.to_string())?;
+        self.keep(len, modified.filter(|m| m.elapsed().is_ok_and(|age| age >= SETTLED)), &json);
+        Ok(json)
+    }
+
+    /// Keep `json` as this file's contents if it has settled (`settled`: its modification time
+    /// then), within the process's budget; what was kept before is given back either way.
+    fn keep(&self, len: u64, settled: Option<SystemTime>, json: &[u8]) {
+        let Ok(mut kept) = self.kept.lock() else { return };
+        *kept = None;
+        let Some(modified) = settled else { return };
+        let fits = json.len() <= KEEP_AT_MOST
+            && KEPT_BYTES
+                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+                    (n + json.len() <= KEEP_IN_ALL).then_some(n + json.len())
+                })
+                .is_ok();
+        if fits {
+            *kept = Some(KeptFile { len, modified, json: json.into() });
+        }
+    }
+
+    /// Whether contents are kept now (for tests).
+    #[cfg(test)]
+    pub fn is_kept(&self) -> bool {
+        self.kept.lock().is_ok_and(|k| k.is_some())
+    }
 }
 
 #[derive(Clone)]
@@ -304,9 +384,17 @@ impl Resource {
             Content::Blob(b) => serde_json::json!({
                 "uri": self.uri, "mimeType": mime, "blob": base64::engine::general_purpose::STANDARD.encode(b)
             }),
-            Content::File(path) => crate::definitions::file_contents(&self.uri, path, mime)?,
+            Content::File(file) => crate::definitions::file_contents(&self.uri, &file.path, mime)?,
         };
         Ok(Value::Array(vec![item]))
+    }
+
+    /// The same, serialized (a file's as kept while it is unchanged).
+    pub fn contents_json(&self) -> Result<Vec<u8>, String> {
+        match &self.content {
+            Content::File(file) => file.contents_json(&self.uri, self.mime_type.as_deref().unwrap_or("text/plain")),
+            _ => serde_json::to_vec(&self.contents()?).map_err(|e| e.to_string()),
+        }
     }
 }
 
@@ -391,5 +479,46 @@ mod tests {
         assert_eq!((vars["a"].as_str(), vars["b"].as_str()), ("one", "two"));
         let vars = match_template("docs://files/{+path}", "docs://files/a/b.md").expect("match");
         assert_eq!(vars["path"], "a/b.md");
+    }
+
+    /// Write `text` to `path` and date its modification `age` ago.
+    fn write_aged(path: &std::path::Path, text: &str, age: Duration) {
+        std::fs::write(path, text).expect("write");
+        let file = std::fs::File::options().write(true).open(path).expect("open");
+        file.set_modified(SystemTime::now() - age).expect("set mtime");
+    }
+
+    fn text_of(json: &[u8]) -> String {
+        let v: Value = serde_json::from_slice(json).expect("json");
+        v[0]["text"].as_str().expect("text").to_owned()
+    }
+
+    #[test]
+    fn a_settled_file_is_kept_until_it_changes() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("a.txt");
+        let file = FileSource::new(path.clone());
+        let read = || file.contents_json("file://a", "text/plain").expect("read");
+
+        // Just written: served, not kept (a second change within its clock tick could hide).
+        write_aged(&path, "one", Duration::ZERO);
+        assert_eq!(text_of(&read()), "one");
+        assert!(!file.is_kept());
+        // Left alone: kept, and what is kept is what the file holds.
+        write_aged(&path, "one", Duration::from_secs(60));
+        assert_eq!(text_of(&read()), "one");
+        assert!(file.is_kept());
+        assert_eq!(text_of(&read()), "one");
+        // Changed, even to the same length: read again.
+        write_aged(&path, "two", Duration::from_secs(30));
+        assert_eq!(text_of(&read()), "two");
+        assert!(file.is_kept());
+        // Changed just now: read again, and nothing stale stays kept.
+        write_aged(&path, "three", Duration::ZERO);
+        assert_eq!(text_of(&read()), "three");
+        assert!(!file.is_kept());
+        // Gone: an error, not the kept contents.
+        std::fs::remove_file(&path).expect("remove");
+        assert!(file.contents_json("file://a", "text/plain").is_err());
     }
 }

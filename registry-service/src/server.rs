@@ -264,7 +264,7 @@ impl RegistryService {
     ) -> Result<Response<pb::ReadResourceResult>, Status> {
         let catalog = self.catalog.current();
         if let Some(resource) = catalog.resource(&req.uri).filter(|r| permits(req.caller.as_ref(), &r.scopes)) {
-            let contents = json_bytes(&resource.contents().map_err(Status::internal)?);
+            let contents = resource.contents_json().map_err(Status::internal)?;
             return Ok(Response::new(pb::ReadResourceResult { contents_json: contents, input_required: None }));
         }
         let (template, vars) = catalog

@@ -380,7 +380,7 @@ fn resource(def: &Spanned<ResourceDef>, base: &Path, issues: &mut Issues) -> Opt
         (None, Some(path)) => match existing(base, path, false) {
             Ok(full) => {
                 let mime = mime_for(&full, &r.mime_type);
-                (Content::File(full), mime)
+                (Content::File(crate::catalog::FileSource::new(full)), mime)
             }
             Err(e) => {
                 issues.at(def, format!("resource `{}`: file {e}", r.uri));

@@ -29,7 +29,7 @@ fn resource_files(catalog: &Catalog) -> HashMap<String, (PathBuf, Option<Vec<u8>
         .resources
         .iter()
         .filter_map(|r| match &r.content {
-            Content::File(path) => Some((r.uri.clone(), (path.clone(), fingerprint(path)))),
+            Content::File(file) => Some((r.uri.clone(), (file.path.clone(), fingerprint(&file.path)))),
             _ => None,
         })
         .collect()
