@@ -116,7 +116,7 @@ static KEPT_BYTES: AtomicUsize = AtomicUsize::new(0);
 struct KeptFile {
     len: u64,
     modified: SystemTime,
-    json: Box<[u8]>,
+    json: Arc<[u8]>,
 }
 
 impl Drop for KeptFile {
@@ -136,10 +136,13 @@ impl FileSource {
     pub fn contents_json(&self, uri: &str, mime: &str) -> Result<Vec<u8>, String> {
         let meta = std::fs::metadata(&self.path).map_err(|e| format!("cannot read `{}`: {e}", self.path.display()))?;
         let (len, modified) = (meta.len(), meta.modified().ok());
-        if let (Some(modified), Ok(kept)) = (modified, self.kept.lock())
-            && let Some(k) = kept.as_ref().filter(|k| k.len == len && k.modified == modified)
-        {
-            return Ok(k.json.to_vec());
+        let kept = modified.and_then(|modified| {
+            let kept = self.kept.lock().ok()?;
+            kept.as_ref().filter(|k| k.len == len && k.modified == modified).map(|k| Arc::clone(&k.json))
+        });
+        if let Some(json) = kept {
+            // Copied outside the lock: concurrent reads of one file do not wait on each other.
+            return Ok(json.to_vec());
         }
         let item = crate::definitions::file_contents(uri, &self.path, mime)?;
         let json = serde_json::to_vec(&[item]).map_err(|e| e.to_string())?;
