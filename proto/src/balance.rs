@@ -128,6 +128,11 @@ fn check_url(url: &str) -> Result<(), String> {
     Endpoint::from_shared(url.to_owned()).map(drop).map_err(|e| format!("not a URL ({e})"))
 }
 
+/// The largest HTTP/2 frame this process accepts from the services it calls (the HTTP/2
+/// default is 16 KiB). A large answer (a 1 MiB resource) then arrives in fewer frames, each a
+/// poll, a header and a wake-up fewer.
+pub const MAX_FRAME_SIZE: u32 = 256 * 1024;
+
 /// A channel to `target`, every connection set up by `configure` (timeouts, keep-alive).
 /// `component` names the other side in logs, errors and the `grpc_upstream_replicas` gauge.
 /// Must be called inside a Tokio runtime (a `dns:///` target resolves in a task of its own,
@@ -138,7 +143,9 @@ pub fn connect(
     configure: impl Fn(Endpoint) -> Endpoint + Send + Sync + 'static,
 ) -> Result<GrpcChannel, String> {
     let endpoint = move |url: &str| {
-        Endpoint::from_shared(url.to_owned()).map(&configure).map_err(|e| format!("`{url}`: not a URL ({e})"))
+        Endpoint::from_shared(url.to_owned())
+            .map(|e| configure(e.max_frame_size(MAX_FRAME_SIZE)))
+            .map_err(|e| format!("`{url}`: not a URL ({e})"))
     };
     match target {
         Target::Single(url) => Ok(crate::transport::network(endpoint(url)?.connect_lazy())),
