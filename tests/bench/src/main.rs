@@ -38,6 +38,7 @@ use std::time::Duration;
 
 use clap::Parser as _;
 
+use crate::mcp::Op;
 use crate::measure::Plan;
 use crate::servers::Kind;
 
@@ -75,6 +76,9 @@ struct Cli {
     /// Which servers [default: all].
     #[arg(long, value_delimiter = ',', value_enum)]
     servers: Vec<Kind>,
+    /// Which operations [default: all]: each is measured in every era it has.
+    #[arg(long, value_delimiter = ',', value_enum)]
+    ops: Vec<Op>,
     /// Do not pin servers and load generator to separate CPUs.
     #[arg(long)]
     no_pin: bool,
@@ -200,6 +204,7 @@ fn plan(cli: &Cli) -> anyhow::Result<Plan> {
     Ok(Plan {
         smoke: cli.smoke,
         servers: if cli.servers.is_empty() { default_servers(cli.smoke) } else { cli.servers.clone() },
+        ops: if cli.ops.is_empty() { Op::ALL.to_vec() } else { cli.ops.clone() },
         catalogs,
         concurrency,
         duration,

@@ -19,6 +19,8 @@ use crate::workload;
 pub struct Plan {
     pub smoke: bool,
     pub servers: Vec<Kind>,
+    /// The operations measured, each in every era it has.
+    pub ops: Vec<Op>,
     pub catalogs: Vec<usize>,
     pub concurrency: Vec<usize>,
     pub duration: Duration,
@@ -199,7 +201,7 @@ pub async fn run(plan: &Plan) -> anyhow::Result<Results> {
 async fn catalog_run(plan: &Plan, launch: &Launch<'_>, clock: &Clock, catalog: usize, results: &mut Results) {
     let mut servers: Vec<Server> = Vec::new();
     for &kind in &plan.servers {
-        let supported = |(op, era): (Op, Era)| kind.supports(op, era, catalog);
+        let supported = |(op, era): (Op, Era)| plan.ops.contains(&op) && kind.supports(op, era, catalog);
         if !Op::scenarios().any(supported) {
             continue;
         }
@@ -209,7 +211,7 @@ async fn catalog_run(plan: &Plan, launch: &Launch<'_>, clock: &Clock, catalog: u
             Err(e) => results.failures.push(failure(kind, catalog, "start", format!("{e:#}"))),
         }
     }
-    for (op, era) in Op::scenarios() {
+    for (op, era) in Op::scenarios().filter(|(op, _)| plan.ops.contains(op)) {
         let what = format!("{} ({})", op.label(), era.version());
         // Each server's requests for this scenario, set up and warmed up.
         let mut taking_part: Vec<(usize, Arc<Workload>)> = Vec::new();
