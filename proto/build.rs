@@ -3,7 +3,13 @@
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let files = ["mcp/v1/mcp.proto", "registry/v1/registry.proto"];
     let fds = protox::compile(files, ["proto"])?;
-    tonic_prost_build::configure().build_server(true).build_client(true).compile_fds(fds)?;
+    // The fields that carry whole JSON messages are `bytes::Bytes`: decoding one takes a slice
+    // of the received buffer instead of copying it (a megabyte for a large resource).
+    let mut config = tonic_prost_build::configure().build_server(true).build_client(true);
+    for field in [".mcp.v1.McpRequest.body", ".mcp.v1.McpFrame.json", ".registry.v1.ReadResourceResult.contents_json"] {
+        config = config.bytes(field);
+    }
+    config.compile_fds(fds)?;
     println!("cargo:rerun-if-changed=proto");
     Ok(())
 }

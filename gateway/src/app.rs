@@ -284,7 +284,7 @@ async fn mcp_post(
         return resp;
     }
     let request = pb::McpRequest {
-        body: body.to_vec(),
+        body: body.clone(),
         era: pb::Era::from(era) as i32,
         header_version: header_version.unwrap_or_default(),
         principal,

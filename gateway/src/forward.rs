@@ -49,7 +49,7 @@ fn final_response(frame: pb::McpFrame) -> Response {
         r
     } else {
         let scopes = (disposition == Disposition::InsufficientScope).then(|| required_scopes(&frame.json));
-        let json = bytes::Bytes::from(frame.json);
+        let json = frame.json;
         let mut r = json_response(status_of(disposition), json.clone());
         if let Some(scopes) = scopes {
             r.extensions_mut().insert(RequiredScopes(scopes));

@@ -398,7 +398,7 @@ impl Answer {
 pub(crate) enum Payload {
     Tree(Value),
     Serialized(Vec<u8>),
-    Spliced { head: Value, member: &'static str, json: Vec<u8> },
+    Spliced { head: Value, member: &'static str, json: bytes::Bytes },
 }
 
 impl Payload {

@@ -47,7 +47,7 @@ type FrameStream = Pin<Box<dyn Stream<Item = Result<pb::McpFrame, Status>> + Sen
 fn frames(rx: mpsc::Receiver<Frame>) -> FrameStream {
     Box::pin(ReceiverStream::new(rx).map(|f| {
         Ok(pb::McpFrame {
-            json: f.json,
+            json: f.json.into(),
             disposition: f.disposition as i32,
             session_id: f.session_id.unwrap_or_default(),
             cache: f.cache,

@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
+use bytes::Bytes;
 use futures_util::future::BoxFuture;
 use mcp_proto::registry as pb;
 use serde_json::Value;
@@ -116,7 +117,7 @@ static KEPT_BYTES: AtomicUsize = AtomicUsize::new(0);
 struct KeptFile {
     len: u64,
     modified: SystemTime,
-    json: Arc<[u8]>,
+    json: Bytes,
 }
 
 impl Drop for KeptFile {
@@ -133,26 +134,26 @@ impl FileSource {
     }
 
     /// The serialized `contents` array of a read of this file as `uri`.
-    pub fn contents_json(&self, uri: &str, mime: &str) -> Result<Vec<u8>, String> {
+    pub fn contents_json(&self, uri: &str, mime: &str) -> Result<Bytes, String> {
         let meta = std::fs::metadata(&self.path).map_err(|e| format!("cannot read `{}`: {e}", self.path.display()))?;
         let (len, modified) = (meta.len(), meta.modified().ok());
         let kept = modified.and_then(|modified| {
             let kept = self.kept.lock().ok()?;
-            kept.as_ref().filter(|k| k.len == len && k.modified == modified).map(|k| Arc::clone(&k.json))
+            kept.as_ref().filter(|k| k.len == len && k.modified == modified).map(|k| k.json.clone())
         });
         if let Some(json) = kept {
-            // Copied outside the lock: concurrent reads of one file do not wait on each other.
-            return Ok(json.to_vec());
+            // Shared, not copied: the gRPC answer is written from the kept bytes.
+            return Ok(json);
         }
         let item = crate::definitions::file_contents(uri, &self.path, mime)?;
-        let json = serde_json::to_vec(&[item]).map_err(|e| e.to_string())?;
+        let json = Bytes::from(serde_json::to_vec(&[item]).map_err(|e| e.to_string())?);
         self.keep(len, modified.filter(|m| m.elapsed().is_ok_and(|age| age >= SETTLED)), &json);
         Ok(json)
     }
 
     /// Keep `json` as this file's contents if it has settled (`settled`: its modification time
     /// then), within the process's budget; what was kept before is given back either way.
-    fn keep(&self, len: u64, settled: Option<SystemTime>, json: &[u8]) {
+    fn keep(&self, len: u64, settled: Option<SystemTime>, json: &Bytes) {
         let Ok(mut kept) = self.kept.lock() else { return };
         *kept = None;
         let Some(modified) = settled else { return };
@@ -163,7 +164,7 @@ impl FileSource {
                 })
                 .is_ok();
         if fits {
-            *kept = Some(KeptFile { len, modified, json: json.into() });
+            *kept = Some(KeptFile { len, modified, json: json.clone() });
         }
     }
 
@@ -393,10 +394,10 @@ impl Resource {
     }
 
     /// The same, serialized (a file's as kept while it is unchanged).
-    pub fn contents_json(&self) -> Result<Vec<u8>, String> {
+    pub fn contents_json(&self) -> Result<Bytes, String> {
         match &self.content {
             Content::File(file) => file.contents_json(&self.uri, self.mime_type.as_deref().unwrap_or("text/plain")),
-            _ => serde_json::to_vec(&self.contents()?).map_err(|e| e.to_string()),
+            _ => serde_json::to_vec(&self.contents()?).map(Bytes::from).map_err(|e| e.to_string()),
         }
     }
 }

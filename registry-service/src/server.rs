@@ -3,6 +3,7 @@
 use std::pin::Pin;
 use std::sync::Arc;
 
+use bytes::Bytes;
 use futures_util::Stream;
 use mcp_proto::registry::{self as pb, registry_server::Registry};
 use serde_json::Value;
@@ -274,11 +275,12 @@ impl RegistryService {
         let exchange = exchange(&req.input_responses_json, &req.state_json, &req.client_capabilities_json)?;
         let reader = template.reader.clone();
         match reader(req.uri.clone(), vars, exchange).await.map_err(Status::invalid_argument)? {
-            Outcome::Complete(contents) => {
-                Ok(Response::new(pb::ReadResourceResult { contents_json: json_bytes(&contents), input_required: None }))
-            }
+            Outcome::Complete(contents) => Ok(Response::new(pb::ReadResourceResult {
+                contents_json: json_bytes(&contents).into(),
+                input_required: None,
+            })),
             Outcome::InputRequired { requests, state } => Ok(Response::new(pb::ReadResourceResult {
-                contents_json: Vec::new(),
+                contents_json: Bytes::new(),
                 input_required: Some(input_required(&requests, &state)),
             })),
             Outcome::MissingCapabilities(_) => Err(Status::failed_precondition("missing client capabilities")),
