@@ -4,6 +4,10 @@
 #   docker build --build-arg SERVICE=gateway -t ghcr.io/example/mcp-platform/gateway:0.1.0 .
 #   (SERVICE = gateway | mcp-service | registry-service | oauth-service)
 #
+# The gateway's image holds `gateway-edge`, the edge alone: the other components run in
+# images of their own. `--build-arg BIN=gateway` builds the gateway that can also run every
+# component in its one process (`--standalone`) instead.
+#
 # Stages: `chef` (the Rust toolchain plus cargo-chef), `planner` (reduces the workspace to a
 # recipe: manifests and lock file only), `build` (compiles the dependencies from the recipe in
 # their own layer, which stays cached until a Cargo.toml or Cargo.lock changes, then the
@@ -29,18 +33,26 @@ RUN cargo chef prepare --recipe-path recipe.json
 
 FROM chef AS build
 ARG SERVICE
-# Refuse anything but the four services before spending time on a build.
+ARG BIN
+# Refuse anything but the four services (and the gateway's two binaries) before spending time
+# on a build.
 RUN case "${SERVICE}" in \
       gateway|mcp-service|registry-service|oauth-service) ;; \
       *) echo "build arg SERVICE must be gateway, mcp-service, registry-service or oauth-service (got '${SERVICE}')" >&2; exit 1 ;; \
+    esac \
+ && case "${SERVICE}:${BIN}" in \
+      *:|gateway:gateway|gateway:gateway-edge|"${SERVICE}:${SERVICE}") ;; \
+      *) echo "build arg BIN must be empty, or gateway-edge or gateway with SERVICE=gateway (got '${BIN}')" >&2; exit 1 ;; \
     esac
 COPY --from=planner /src/recipe.json recipe.json
 # The dependency layer: the same package selection and profile as the build below, so that
 # only the workspace's own crates compile after a source change.
 RUN cargo chef cook --release --locked -p "${SERVICE}" --recipe-path recipe.json
 COPY . .
-RUN cargo build --release --locked -p "${SERVICE}" --bin "${SERVICE}" \
- && install -D -m 0755 "target/release/${SERVICE}" /out/service
+RUN bin="${BIN:-${SERVICE}}" \
+ && if [ -z "${BIN}" ] && [ "${SERVICE}" = gateway ]; then bin=gateway-edge; fi \
+ && cargo build --release --locked -p "${SERVICE}" --bin "${bin}" \
+ && install -D -m 0755 "target/release/${bin}" /out/service
 
 # glibc 2.36 (Debian 12) in the runtime image, the same as the bookworm builder above.
 FROM gcr.io/distroless/cc-debian12:nonroot AS runtime

@@ -18,12 +18,14 @@
 //! - [`oauth_proxy`]: relaying `/oauth/*` and the authorisation server metadata.
 //! - [`observe`]: a span and metrics per request; `/metrics`.
 //! - [`standalone`]: all four components in one process, gRPC calls made in process.
+//! - [`entry`]: the `main` of the `gateway` and `gateway-edge` binaries.
 
 pub mod app;
 pub mod auth;
 pub mod cache;
 pub mod client_addr;
 pub mod config;
+pub mod entry;
 pub mod era;
 pub mod forward;
 pub mod headers;

@@ -198,7 +198,7 @@ impl Stack {
         Self::standalone_with(&["--definitions", &example("conformance.yaml")]).await
     }
 
-    /// One process per component, started in dependency order.
+    /// One process per component, started in dependency order (the gateway as `gateway-edge`).
     pub async fn microservices() -> Stack {
         let registry = Proc::start("registry-service", &["--listen", "127.0.0.1:0"], "registry-service").await;
         let mcp =
@@ -210,8 +210,9 @@ impl Stack {
             "oauth-service",
         )
         .await;
+        // The edge-only binary, as the separate deployment runs it.
         let gw = Proc::start(
-            "gateway",
+            "gateway-edge",
             &["--listen", "127.0.0.1:0", "--mcp-service", &mcp.url(), "--oauth-service", &oauth.url()],
             "gateway",
         )

@@ -159,7 +159,8 @@ impl Launch<'_> {
                 if signed_in {
                     args.extend(s(&["--auth", "oauth", "--public-url", PUBLIC_URL]));
                 }
-                self.one(&mut procs, &bin("gateway"), args, "gateway").await?
+                // The edge-only binary, as the separate deployment runs it.
+                self.one(&mut procs, &bin("gateway-edge"), args, "gateway").await?
             }
         };
         Ok(Server { kind, procs, target: Target { addr, authorization } })

@@ -57,6 +57,8 @@ async fn configuration_from_file_and_environment() {
 async fn bad_configuration_is_refused_with_exit_64() {
     let cases: &[(&str, &[&str], &str)] = &[
         ("gateway", &["--listen", "127.0.0.1:0"], "mcp_service"),
+        ("gateway-edge", &["--listen", "127.0.0.1:0"], "mcp_service"),
+        ("gateway-edge", &["--standalone", "--listen", "127.0.0.1:0"], "`gateway --standalone`"),
         ("oauth-service", &["--listen", "127.0.0.1:0", "--issuer", "ftp://x.example.com"], "issuer"),
         ("registry-service", &["--config", "/nonexistent/registry.toml"], "registry.toml"),
     ];
@@ -76,6 +78,18 @@ async fn bad_configuration_is_refused_with_exit_64() {
         .expect("run");
     assert_eq!(out.status.code(), Some(64));
     assert!(String::from_utf8_lossy(&out.stderr).contains("registri"));
+}
+
+/// `gateway-edge` is the gateway without the embedded components: none of their code is
+/// linked in (in the release build its code is a third of `gateway`'s).
+#[test]
+fn the_edge_binary_leaves_the_embedded_components_out() {
+    let size = |name: &str| std::fs::metadata(bin(name)).expect("built binary").len();
+    let (full, edge) = (size("gateway"), size("gateway-edge"));
+    assert!(edge * 4 < full * 3, "gateway-edge is {edge} bytes, gateway {full}");
+    let help = std::process::Command::new(bin("gateway-edge")).arg("--help").output().expect("run");
+    let help = String::from_utf8_lossy(&help.stdout);
+    assert!(help.contains("Usage: gateway-edge") && !help.contains("--standalone"), "{help}");
 }
 
 #[tokio::test]
