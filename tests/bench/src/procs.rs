@@ -64,6 +64,17 @@ pub fn pin_self(cpu: usize) -> bool {
         .is_ok_and(|s| s.success())
 }
 
+/// Ask the kernel to forget the cached pages of `program` that no running process maps, so
+/// that it starts as from a fresh deployment: its code read from disk as it runs. A binary
+/// just written by the linker or copied sits in the page cache in large folios, and a process
+/// then maps whole folios around the code it runs: measured, the same oauth-service had 0.5–1.5
+/// MiB more resident depending on how its file had last been written.
+fn drop_cached_pages(program: &Path) {
+    if let Ok(file) = std::fs::File::open(program) {
+        let _ = rustix::fs::fadvise(&file, 0, None, rustix::fs::Advice::DontNeed);
+    }
+}
+
 impl Proc {
     /// Start `program args` and wait for the `listening` line of `service`. With `pin`, the
     /// program runs under `taskset -c CPU` (taskset execs it: the pid is the server's).
@@ -78,6 +89,7 @@ impl Proc {
             "{} is missing: build the binaries first (`cargo build --release --workspace --bins`)",
             program.display()
         );
+        drop_cached_pages(program);
         let mut cmd = match pin {
             Some(cpu) => {
                 let mut c = Command::new("taskset");
