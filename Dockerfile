@@ -4,9 +4,10 @@
 #   docker build --build-arg SERVICE=gateway -t ghcr.io/example/mcp-platform/gateway:0.1.0 .
 #   (SERVICE = gateway | mcp-service | registry-service | oauth-service)
 #
-# The gateway's image holds `gateway-edge`, the edge alone: the other components run in
-# images of their own. `--build-arg BIN=gateway` builds the gateway that can also run every
-# component in its one process (`--standalone`) instead.
+# The gateway's image holds `gateway-edge` and mcp-service's `mcp-service-remote`: the same
+# services with nothing embedded, since the other components run in images of their own.
+# `--build-arg BIN=gateway` builds the gateway that can also run every component in its one
+# process (`--standalone`), `--build-arg BIN=mcp-service` the one with a registry inside.
 #
 # Stages: `chef` (the Rust toolchain plus cargo-chef), `planner` (reduces the workspace to a
 # recipe: manifests and lock file only), `build` (compiles the dependencies from the recipe in
@@ -34,15 +35,15 @@ RUN cargo chef prepare --recipe-path recipe.json
 FROM chef AS build
 ARG SERVICE
 ARG BIN
-# Refuse anything but the four services (and the gateway's two binaries) before spending time
-# on a build.
+# Refuse anything but the four services (and the two binaries of the gateway and of
+# mcp-service) before spending time on a build.
 RUN case "${SERVICE}" in \
       gateway|mcp-service|registry-service|oauth-service) ;; \
       *) echo "build arg SERVICE must be gateway, mcp-service, registry-service or oauth-service (got '${SERVICE}')" >&2; exit 1 ;; \
     esac \
  && case "${SERVICE}:${BIN}" in \
-      *:|gateway:gateway|gateway:gateway-edge|"${SERVICE}:${SERVICE}") ;; \
-      *) echo "build arg BIN must be empty, or gateway-edge or gateway with SERVICE=gateway (got '${BIN}')" >&2; exit 1 ;; \
+      *:|gateway:gateway-edge|mcp-service:mcp-service-remote|"${SERVICE}:${SERVICE}") ;; \
+      *) echo "build arg BIN must be empty, the service's name, gateway-edge (gateway) or mcp-service-remote (mcp-service) (got '${BIN}')" >&2; exit 1 ;; \
     esac
 COPY --from=planner /src/recipe.json recipe.json
 # The dependency layer: the same package selection and profile as the build below, so that
@@ -51,6 +52,7 @@ RUN cargo chef cook --release --locked -p "${SERVICE}" --recipe-path recipe.json
 COPY . .
 RUN bin="${BIN:-${SERVICE}}" \
  && if [ -z "${BIN}" ] && [ "${SERVICE}" = gateway ]; then bin=gateway-edge; fi \
+ && if [ -z "${BIN}" ] && [ "${SERVICE}" = mcp-service ]; then bin=mcp-service-remote; fi \
  && cargo build --release --locked -p "${SERVICE}" --bin "${bin}" \
  && install -D -m 0755 "target/release/${bin}" /out/service
 

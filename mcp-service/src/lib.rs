@@ -13,11 +13,13 @@
 //! - [`paging`]: opaque cursors.
 //! - [`error`]: protocol errors and their one mapping to JSON-RPC codes.
 //! - [`server`]: the gRPC service; [`stdio`]: the stdio transport.
+//! - [`entry`]: the `main` of the `mcp-service` and `mcp-service-remote` binaries.
 
 pub mod catalog;
 pub mod config;
 pub mod context;
 pub mod dispatch;
+pub mod entry;
 pub mod error;
 pub mod methods;
 pub mod paging;
@@ -66,20 +68,38 @@ pub fn registry_client(target: &str) -> Result<RegistryClient<GrpcChannel>, Star
     Ok(RegistryClient::new(channel))
 }
 
-/// The engine for `config`: against the configured registry, or against one in this process
-/// (called directly, no socket) when none is configured.
-pub async fn engine(config: &Config, shutdown: &CancellationToken) -> Result<Arc<Engine>, StartError> {
-    let client = match &config.registry {
-        Some(url) => registry_client(url)?,
-        None => {
-            let registry_config =
-                registry_service::Config { definitions: config.definitions.clone(), ..Default::default() };
-            let catalog = registry_service::live_catalog(&registry_config, shutdown)?;
-            RegistryClient::new(registry_service::in_process(catalog, shutdown.clone()))
-        }
+/// A registry in this process, for when none is configured. Passed in by the `mcp-service`
+/// binary; `mcp-service-remote` has none, and so leaves registry-service's code out.
+pub type EmbeddedRegistry = fn(&Config, &CancellationToken) -> Result<RegistryClient<GrpcChannel>, StartError>;
+
+/// Serves `config.definitions` (called directly, no socket).
+pub fn embedded_registry(
+    config: &Config,
+    shutdown: &CancellationToken,
+) -> Result<RegistryClient<GrpcChannel>, StartError> {
+    let registry_config = registry_service::Config { definitions: config.definitions.clone(), ..Default::default() };
+    let catalog = registry_service::live_catalog(&registry_config, shutdown)?;
+    Ok(RegistryClient::new(registry_service::in_process(catalog, shutdown.clone())))
+}
+
+/// The engine for `config`: against the configured registry, or against `embedded` when none
+/// is configured.
+pub async fn engine(
+    config: &Config,
+    embedded: Option<EmbeddedRegistry>,
+    shutdown: &CancellationToken,
+) -> Result<Arc<Engine>, StartError> {
+    let client = match (&config.registry, embedded) {
+        (Some(url), _) => registry_client(url)?,
+        (None, Some(embedded)) => embedded(config, shutdown)?,
+        (None, None) => return Err(StartError::Config(NO_EMBEDDED_REGISTRY.into())),
     };
     Ok(engine_with(config, client, shutdown))
 }
+
+/// Why `mcp-service-remote` will not start without `--registry`.
+pub const NO_EMBEDDED_REGISTRY: &str = "registry: required (flag --registry or MCP_SERVICE_REGISTRY): this binary has no registry of its own; \
+     `mcp-service` runs one in process";
 
 /// The engine for `config` against `registry`.
 pub fn engine_with(
@@ -110,11 +130,15 @@ pub fn in_process(engine: Arc<Engine>) -> GrpcChannel {
 }
 
 /// Bind the configured address and serve gRPC until `shutdown`.
-pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), StartError> {
+pub async fn run(
+    config: Config,
+    embedded: Option<EmbeddedRegistry>,
+    shutdown: CancellationToken,
+) -> Result<(), StartError> {
     if let Some(token) = &config.service_token {
         mcp_proto::trust::set_outgoing(token).map_err(StartError::Config)?;
     }
-    let engine = engine(&config, &shutdown).await?;
+    let engine = engine(&config, embedded, &shutdown).await?;
     let listener =
         TcpListener::bind(config.listen).await.map_err(|source| StartError::Bind { addr: config.listen, source })?;
     if let Some(addr) = config.metrics_listen {
@@ -162,9 +186,13 @@ pub async fn serve(
 }
 
 /// Serve one client over stdin/stdout until EOF or `shutdown`.
-pub async fn run_stdio(config: Config, shutdown: CancellationToken) -> Result<(), StartError> {
+pub async fn run_stdio(
+    config: Config,
+    embedded: Option<EmbeddedRegistry>,
+    shutdown: CancellationToken,
+) -> Result<(), StartError> {
     let inner = shutdown.child_token();
-    let engine = engine(&config, &inner).await?;
+    let engine = engine(&config, embedded, &inner).await?;
     stdio::serve(engine, tokio::io::stdin(), tokio::io::stdout(), shutdown).await?;
     inner.cancel();
     Ok(())

@@ -198,19 +198,22 @@ impl Stack {
         Self::standalone_with(&["--definitions", &example("conformance.yaml")]).await
     }
 
-    /// One process per component, started in dependency order (the gateway as `gateway-edge`).
+    /// One process per component, started in dependency order, with the binaries the separate
+    /// deployment runs (`gateway-edge`, `mcp-service-remote`: nothing embedded).
     pub async fn microservices() -> Stack {
         let registry = Proc::start("registry-service", &["--listen", "127.0.0.1:0"], "registry-service").await;
-        let mcp =
-            Proc::start("mcp-service", &["--listen", "127.0.0.1:0", "--registry", &registry.url()], "mcp-service")
-                .await;
+        let mcp = Proc::start(
+            "mcp-service-remote",
+            &["--listen", "127.0.0.1:0", "--registry", &registry.url()],
+            "mcp-service",
+        )
+        .await;
         let oauth = Proc::start(
             "oauth-service",
             &["--listen", "127.0.0.1:0", "--issuer", "http://127.0.0.1:8080"],
             "oauth-service",
         )
         .await;
-        // The edge-only binary, as the separate deployment runs it.
         let gw = Proc::start(
             "gateway-edge",
             &["--listen", "127.0.0.1:0", "--mcp-service", &mcp.url(), "--oauth-service", &oauth.url()],

@@ -131,7 +131,8 @@ impl Launch<'_> {
                 let args = s(&["--listen", &any, "--definitions", &defs]);
                 let registry = self.one(&mut procs, &bin("registry-service"), args, "registry-service").await?;
                 let args = s(&["--listen", &any, "--registry", &format!("http://{registry}")]);
-                let mcp = self.one(&mut procs, &bin("mcp-service"), args, "mcp-service").await?;
+                // The binaries the separate deployment runs: nothing embedded.
+                let mcp = self.one(&mut procs, &bin("mcp-service-remote"), args, "mcp-service").await?;
                 // The gateway needs an authorisation server even with authentication off.
                 let mut args = s(&["--listen", &any, "--issuer", PUBLIC_URL]);
                 let secret = format!("bench-secret-{}", std::process::id());
@@ -159,7 +160,6 @@ impl Launch<'_> {
                 if signed_in {
                     args.extend(s(&["--auth", "oauth", "--public-url", PUBLIC_URL]));
                 }
-                // The edge-only binary, as the separate deployment runs it.
                 self.one(&mut procs, &bin("gateway-edge"), args, "gateway").await?
             }
         };

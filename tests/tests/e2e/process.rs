@@ -59,6 +59,8 @@ async fn bad_configuration_is_refused_with_exit_64() {
         ("gateway", &["--listen", "127.0.0.1:0"], "mcp_service"),
         ("gateway-edge", &["--listen", "127.0.0.1:0"], "mcp_service"),
         ("gateway-edge", &["--standalone", "--listen", "127.0.0.1:0"], "`gateway --standalone`"),
+        ("mcp-service-remote", &["--listen", "127.0.0.1:0"], "`mcp-service` runs one in process"),
+        ("mcp-service-remote", &["--stdio"], "registry: required"),
         ("oauth-service", &["--listen", "127.0.0.1:0", "--issuer", "ftp://x.example.com"], "issuer"),
         ("registry-service", &["--config", "/nonexistent/registry.toml"], "registry.toml"),
     ];
@@ -80,16 +82,21 @@ async fn bad_configuration_is_refused_with_exit_64() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("registri"));
 }
 
-/// `gateway-edge` is the gateway without the embedded components: none of their code is
-/// linked in (in the release build its code is a third of `gateway`'s).
+/// `gateway-edge` and `mcp-service-remote` leave the embedded components out: none of their
+/// code is linked in (in the release build their code is a third and three fifths of
+/// `gateway`'s and `mcp-service`'s), and their help does not offer what needs them.
 #[test]
-fn the_edge_binary_leaves_the_embedded_components_out() {
+fn the_separate_deployments_binaries_leave_the_embedded_components_out() {
     let size = |name: &str| std::fs::metadata(bin(name)).expect("built binary").len();
-    let (full, edge) = (size("gateway"), size("gateway-edge"));
-    assert!(edge * 4 < full * 3, "gateway-edge is {edge} bytes, gateway {full}");
-    let help = std::process::Command::new(bin("gateway-edge")).arg("--help").output().expect("run");
-    let help = String::from_utf8_lossy(&help.stdout);
-    assert!(help.contains("Usage: gateway-edge") && !help.contains("--standalone"), "{help}");
+    for (full, slim, hidden) in
+        [("gateway", "gateway-edge", "--standalone"), ("mcp-service", "mcp-service-remote", "--definitions")]
+    {
+        let (full_size, slim_size) = (size(full), size(slim));
+        assert!(slim_size * 5 < full_size * 4, "{slim} is {slim_size} bytes, {full} {full_size}");
+        let help = std::process::Command::new(bin(slim)).arg("--help").output().expect("run");
+        let help = String::from_utf8_lossy(&help.stdout);
+        assert!(help.contains(&format!("Usage: {slim}")) && !help.contains(hidden), "{help}");
+    }
 }
 
 #[tokio::test]
