@@ -188,7 +188,7 @@ impl Cli {
         if !self.standalone {
             if config.mcp_service.is_none() {
                 return Err(
-                    "mcp_service: required unless --standalone (flag --mcp-service or GATEWAY_MCP_SERVICE)".into()
+                    "mcp_service: required (flag --mcp-service or GATEWAY_MCP_SERVICE), unless `gateway --standalone` runs every component".into()
                 );
             }
             if let Some(target) = &config.mcp_service {
@@ -196,7 +196,7 @@ impl Cli {
             }
             if config.oauth_service.is_none() {
                 return Err(
-                    "oauth_service: required unless --standalone (flag --oauth-service or GATEWAY_OAUTH_SERVICE)"
+                    "oauth_service: required (flag --oauth-service or GATEWAY_OAUTH_SERVICE), unless `gateway --standalone` runs every component"
                         .into(),
                 );
             }
