@@ -34,9 +34,14 @@ pub struct Reusable {
 struct Entry {
     fingerprint: u64,
     expires: Instant,
-    /// The `result` value, serialized.
-    result: Bytes,
+    /// The `result` value, serialized: a copy of its own, so that keeping it does not keep
+    /// the whole gRPC buffer the reply arrived in.
+    result: Box<[u8]>,
 }
+
+/// What an entry costs beyond its key and result: the map's slot, the entry, and the two
+/// allocations' headers (counted so that many small results stay within the budget too).
+const ENTRY_OVERHEAD: usize = 128;
 
 #[derive(Default)]
 struct Entries {
@@ -101,8 +106,7 @@ impl ResultCache {
             return;
         }
         let Ok(mut entries) = self.entries.write() else { return };
-        let key_len = key.len();
-        let size = key_len + result.len();
+        let size = key.len() + result.len() + ENTRY_OVERHEAD;
         if entries.bytes + size > self.budget {
             // Full: start over (entries are cheap to make again, and this keeps no order).
             entries.map.clear();
@@ -111,11 +115,11 @@ impl ResultCache {
         let entry = Entry {
             fingerprint: reply.fingerprint,
             expires: Instant::now() + Duration::from_millis(reply.ttl_ms),
-            result,
+            result: Box::from(result),
         };
         entries.bytes += size;
         if let Some(old) = entries.map.insert(key, entry) {
-            entries.bytes -= key_len + old.result.len();
+            entries.bytes -= size - result.len() + old.result.len();
         }
     }
 
@@ -165,14 +169,14 @@ impl ResultCache {
 }
 
 /// The `result` member of a reply serialized as `mcp_proto::jsonrpc::result` writes it.
-fn result_of(reply: &Bytes, id: &str) -> Option<Bytes> {
+fn result_of<'a>(reply: &'a [u8], id: &str) -> Option<&'a [u8]> {
     let prefix_len = br#"{"jsonrpc":"2.0","id":"#.len() + id.len() + br#","result":"#.len();
     let ok = reply.len() > prefix_len
         && reply.starts_with(br#"{"jsonrpc":"2.0","id":"#)
         && reply[br#"{"jsonrpc":"2.0","id":"#.len()..].starts_with(id.as_bytes())
         && reply[prefix_len - br#","result":"#.len()..].starts_with(br#","result":"#)
         && reply.ends_with(b"}");
-    ok.then(|| reply.slice(prefix_len..reply.len() - 1))
+    ok.then(|| &reply[prefix_len..reply.len() - 1])
 }
 
 #[cfg(test)]
@@ -231,6 +235,34 @@ mod tests {
             let key = cache.key("tools/list", None, Some(&format!(r#"{{"cursor":"{i}"}}"#))).expect("a key");
             cache.keep(key, "1", &reusable(r#"{"jsonrpc":"2.0","id":1,"result":{"tools":[]}}"#, 1));
             assert!(cache.entries.read().expect("lock").bytes <= 800);
+        }
+    }
+
+    #[test]
+    fn a_kept_result_does_not_hold_the_reply_it_came_in() {
+        let cache = ResultCache::new(1 << 20);
+        cache.serving(1);
+        let key = cache.key("tools/list", None, Some("{}")).expect("a key");
+        let reply = reusable(r#"{"jsonrpc":"2.0","id":1,"result":{"tools":[]}}"#, 1);
+        cache.keep(key.clone(), "1", &reply);
+        let entries = cache.entries.read().expect("lock");
+        let kept = entries.map.get(&key).expect("kept").result.as_ptr_range();
+        let buffer = reply.json.as_ptr_range();
+        assert!(kept.end <= buffer.start || kept.start >= buffer.end, "the result is a copy");
+    }
+
+    #[test]
+    fn many_small_results_stay_within_the_budget() {
+        let budget = 64 * 1024;
+        let cache = ResultCache::new(budget);
+        cache.serving(1);
+        for i in 0..10_000 {
+            let key = cache.key("tools/list", None, Some(&format!(r#"{{"_meta":{{"v":{i}}}}}"#))).expect("a key");
+            cache.keep(key, "1", &reusable(r#"{"jsonrpc":"2.0","id":1,"result":{}}"#, 1));
+            let entries = cache.entries.read().expect("lock");
+            // Each entry is counted at its key, its result and the overhead of keeping it.
+            assert!(entries.map.len() * ENTRY_OVERHEAD <= budget, "{} entries", entries.map.len());
+            assert!(entries.bytes <= budget);
         }
     }
 }
