@@ -17,7 +17,8 @@ for target in $(cargo fuzz list); do
   # New inputs go to a scratch corpus; the committed one is read, not rewritten.
   if cargo fuzz run "$target" "$work" "corpus/$target" -- -max_total_time="$seconds" -rss_limit_mb=2048 \
       >"/tmp/fuzz-$target.log" 2>&1; then
-    echo "fuzz $target: $(grep -Eo '#[0-9]+' "/tmp/fuzz-$target.log" | tail -n1 | tr -d '#') runs, no crash"
+    # libFuzzer's closing line; the dictionary it prints before may hold `#` and digits too.
+    echo "fuzz $target: $(sed -n 's/^Done \([0-9]*\) runs.*/\1/p' "/tmp/fuzz-$target.log" | tail -n1) runs, no crash"
   else
     echo "fuzz $target: FAILED"; tail -n 30 "/tmp/fuzz-$target.log"; status=1
   fi

@@ -19,8 +19,6 @@ use mcp_proto::transport::GrpcChannel;
 use mcp_proto::vocab::{Era, ErrorCode};
 use tonic_health::pb::health_client::HealthClient;
 use tower_http::cors::{AllowOrigin, CorsLayer};
-use tower_http::limit::RequestBodyLimitLayer;
-use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
 
 use crate::era;
 use crate::forward::{self, rpc_error};
@@ -38,18 +36,18 @@ pub struct Gateway {
     pub limits: crate::limits::Limits,
     /// How long a client may take to send a request body (slow clients are cut off: 408).
     pub body_timeout: Duration,
+    /// The largest request body accepted (413 above; refused before reading when announced).
+    pub max_body_bytes: usize,
     pub draining: AtomicBool,
     /// Modern results anyone may be given, reused for their `ttlMs`.
     pub cache: crate::cache::ResultCache,
 }
 
-const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+pub const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 
-/// The router with its layers, outermost first:
-pub fn router(state: Arc<Gateway>, max_body_bytes: usize) -> Router {
-    let policy = state.policy.clone();
-    let cors = CorsLayer::new()
-        // Browser clients: the same origins the DNS-rebinding check accepts.
+/// CORS for browser clients: the same origins the DNS-rebinding check accepts.
+pub fn cors(policy: OriginPolicy) -> CorsLayer {
+    CorsLayer::new()
         .allow_origin(AllowOrigin::predicate(move |origin, _| origin.to_str().is_ok_and(|o| policy.origin_allowed(o))))
         .allow_methods([Method::GET, Method::POST, Method::DELETE, Method::OPTIONS])
         .allow_headers([
@@ -64,11 +62,16 @@ pub fn router(state: Arc<Gateway>, max_body_bytes: usize) -> Router {
             REQUEST_ID,
         ])
         .expose_headers([HeaderName::from_static("mcp-session-id"), header::WWW_AUTHENTICATE])
-        .max_age(Duration::from_secs(3600));
-    let mcp = Router::new()
-        .route("/mcp", post(mcp_post).get(mcp_get).delete(mcp_delete))
-        // Oversize bodies are refused with 413 before they are read whole.
-        .layer(RequestBodyLimitLayer::new(max_body_bytes));
+        .max_age(Duration::from_secs(3600))
+}
+
+/// The routes, without the layers every request goes through (the crate's `serve_with` puts
+/// those around the whole router, once: layers added with `Router::layer` wrap each route in a
+/// box of its own, and each request cloned that nest of boxes several times).
+pub fn router(state: Arc<Gateway>) -> Router {
+    // Oversize bodies are refused with 413 by `mcp_post` before they are read whole (a layer
+    // here would box the route again).
+    let mcp = Router::new().route("/mcp", post(mcp_post).get(mcp_get).delete(mcp_delete));
     let resource_metadata = Router::new()
         .route("/.well-known/oauth-protected-resource", get(protected_resource))
         .route("/.well-known/oauth-protected-resource/{*rest}", get(protected_resource));
@@ -84,14 +87,6 @@ pub fn router(state: Arc<Gateway>, max_body_bytes: usize) -> Router {
         .route("/readyz", get(ready))
         .route("/metrics", get(crate::observe::metrics))
         .with_state(state)
-        // One span and the metrics of every request.
-        .layer(axum::middleware::from_fn(crate::observe::observe))
-        // CORS answers preflights before anything else runs.
-        .layer(cors)
-        // Echo the request id to the client.
-        .layer(PropagateRequestIdLayer::new(REQUEST_ID))
-        // Give every request an id (kept if the client sent one).
-        .layer(SetRequestIdLayer::new(REQUEST_ID, MakeRequestUuid))
 }
 
 /// RFC 9728 metadata (404 when authentication is off).
@@ -104,7 +99,11 @@ async fn protected_resource(State(gw): State<Arc<Gateway>>) -> Response {
 
 /// The caller, when authentication is on (`Err` is the 401 to send), within the rate limits
 /// per address and per caller (`Err` is the 429).
-async fn authenticate(gw: &Gateway, peer: SocketAddr, headers: &HeaderMap) -> Result<Option<pb::Principal>, Response> {
+async fn authenticate(
+    gw: &Gateway,
+    peer: SocketAddr,
+    headers: &HeaderMap,
+) -> Result<Option<Arc<pb::Principal>>, Response> {
     gw.limits.check_ip(peer.ip()).map_err(IntoResponse::into_response)?;
     let principal = match &gw.auth {
         None => None,
@@ -142,10 +141,11 @@ async fn mcp_get(
         Ok(a) if a.stream => {}
         _ => return refusal(Refusal::NotAcceptable, None),
     }
-    let stream = match gw.limits.admit_stream(principal.as_ref(), peer.ip(), true) {
+    let stream = match gw.limits.admit_stream(principal.as_deref(), peer.ip(), true) {
         Ok(key) => key,
         Err(refused) => return refused.into_response(),
     };
+    let principal = principal.map(Arc::unwrap_or_clone);
     let request = pb::ListenRequest { session_id, principal, request_id: header_str(&headers, "x-request-id") };
     gw.limits.hold_stream(stream, forward::listen(gw.mcp.clone(), request).await)
 }
@@ -172,6 +172,7 @@ async fn mcp_delete(
             "Bad Request: Mcp-Session-Id required",
         );
     }
+    let principal = principal.map(Arc::unwrap_or_clone);
     let mut request = forward::traced(pb::EndSessionRequest { session_id: session_id.clone(), principal });
     mcp_proto::balance::set_affinity(&mut request, &session_id);
     match gw.mcp.clone().end_session(request).await {
@@ -215,6 +216,10 @@ async fn mcp_post(
     headers: HeaderMap,
     body: axum::body::Body,
 ) -> Response {
+    // A length announced over the limit (hyper's size hint is the parsed `Content-Length`).
+    if axum::body::HttpBody::size_hint(&body).lower() > gw.max_body_bytes as u64 {
+        return payload_too_large();
+    }
     if let Err(r) = gw.policy.check(&headers) {
         return refusal(r, None);
     }
@@ -229,11 +234,11 @@ async fn mcp_post(
         Ok(a) => a,
         Err(r) => return refusal(r, None),
     };
-    let stream = match gw.limits.admit_stream(principal.as_ref(), peer.ip(), accepts.stream) {
+    let stream = match gw.limits.admit_stream(principal.as_deref(), peer.ip(), accepts.stream) {
         Ok(key) => key,
         Err(refused) => return refused.into_response(),
     };
-    let body = match read_body(body, gw.body_timeout).await {
+    let body = match read_body(body, gw.body_timeout, gw.max_body_bytes).await {
         Ok(b) => b,
         Err(resp) => return resp,
     };
@@ -287,7 +292,7 @@ async fn mcp_post(
         body: body.clone(),
         era: pb::Era::from(era) as i32,
         header_version: header_version.unwrap_or_default(),
-        principal,
+        principal: principal.map(Arc::unwrap_or_clone),
         transport: pb::Transport::StreamableHttp as i32,
         session_id: header_str(&headers, mcp_proto::vocab::header::SESSION_ID),
         request_id: header_str(&headers, "x-request-id"),
@@ -312,15 +317,19 @@ async fn mcp_post(
     resp
 }
 
+fn payload_too_large() -> Response {
+    rpc_error(StatusCode::PAYLOAD_TOO_LARGE, None, ErrorCode::INVALID_REQUEST, "Payload too large")
+}
+
 /// The whole body, within the size limit (413) and the time limit (408).
-async fn read_body(body: axum::body::Body, timeout: Duration) -> Result<Bytes, Response> {
-    match tokio::time::timeout(timeout, axum::body::to_bytes(body, usize::MAX)).await {
+async fn read_body(body: axum::body::Body, timeout: Duration, limit: usize) -> Result<Bytes, Response> {
+    match tokio::time::timeout(timeout, axum::body::to_bytes(body, limit)).await {
         Ok(Ok(bytes)) => Ok(bytes),
         Ok(Err(e)) => {
             let too_large = std::iter::successors(Some(&e as &dyn std::error::Error), |e| e.source())
                 .any(|e| e.is::<http_body_util::LengthLimitError>());
             Err(if too_large {
-                rpc_error(StatusCode::PAYLOAD_TOO_LARGE, None, ErrorCode::INVALID_REQUEST, "Payload too large")
+                payload_too_large()
             } else {
                 rpc_error(StatusCode::BAD_REQUEST, None, ErrorCode::INVALID_REQUEST, "The request body broke off")
             })

@@ -13,7 +13,7 @@
 //! only scheme; with `--auth oauth` they are accepted beside JWTs.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use axum::body::Body;
@@ -79,11 +79,14 @@ pub struct Auth {
     keys: Mutex<(HashMap<String, DecodingKey>, Option<Instant>)>,
     /// Tokens whose signature and claims were checked, by SHA-256: their caller and `exp`.
     /// A signature check costs far more than the rest of a request; a token is sent again and
-    /// again until it expires, so it is checked once.
-    verified: Mutex<HashMap<[u8; 32], (Principal, u64)>>,
+    /// again until it expires, so it is checked once, and its caller shared, not copied.
+    verified: Mutex<Verified>,
     /// Held while the key set is fetched again.
     refresh: tokio::sync::Mutex<()>,
 }
+
+/// Verified tokens by SHA-256: their caller and `exp`.
+type Verified = HashMap<[u8; 32], (Arc<Principal>, u64)>;
 
 /// At most this many verified tokens are remembered (all are forgotten when it is reached).
 const VERIFIED_TOKENS: usize = 10_000;
@@ -164,7 +167,7 @@ impl Auth {
     }
 
     /// The caller a request's bearer token names.
-    pub async fn principal(&self, headers: &HeaderMap) -> Result<Principal, Denied> {
+    pub async fn principal(&self, headers: &HeaderMap) -> Result<Arc<Principal>, Denied> {
         let token = headers
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
@@ -172,13 +175,13 @@ impl Auth {
             .map(str::trim)
             .ok_or(Denied::Missing)?;
         if let Some(p) = self.api_token(token) {
-            return Ok(p);
+            return Ok(Arc::new(p));
         }
         if self.jwks_url.is_none() {
             return Err(Denied::Invalid("unknown API token".into()));
         }
         if let Some(introspection) = &self.introspection {
-            return self.introspect(introspection, token).await;
+            return self.introspect(introspection, token).await.map(Arc::new);
         }
         let digest: [u8; 32] = <sha2::Sha256 as sha2::Digest>::digest(token.as_bytes()).into();
         let now = jsonwebtoken::get_current_timestamp();
@@ -203,11 +206,11 @@ impl Auth {
         let data = jsonwebtoken::decode::<Claims>(token, &key, &validation)
             .map_err(|e| Denied::Invalid(format!("the token does not verify: {e}")))?;
         let claims = data.claims;
-        let principal = Principal {
+        let principal = Arc::new(Principal {
             subject: claims.sub,
             scopes: claims.scope.split(' ').filter(|s| !s.is_empty()).map(str::to_owned).collect(),
             client_id: claims.client_id,
-        };
+        });
         if let Ok(mut verified) = self.verified.lock() {
             if verified.len() >= VERIFIED_TOKENS {
                 verified.clear();

@@ -4,15 +4,12 @@
 //! unsigned callers, and the `X-Forwarded-For` it passes to oauth-service. Behind a proxy the
 //! TCP peer is the proxy, so when the peer is within `trusted_proxies` the client is the
 //! right-most `X-Forwarded-For` entry that is not itself a trusted proxy (entries further left
-//! are whatever the client claimed). [`layer`] puts that address into the request's
+//! are whatever the client claimed). [`apply`] puts that address into the request's
 //! `ConnectInfo`, so every handler that asks for the peer gets the client.
 
 use std::net::{IpAddr, SocketAddr};
-use std::sync::Arc;
 
-use axum::extract::{ConnectInfo, Request, State};
-use axum::middleware::Next;
-use axum::response::Response;
+use axum::extract::{ConnectInfo, Request};
 use http::HeaderMap;
 use ipnet::IpNet;
 
@@ -75,15 +72,14 @@ fn parse_entry(entry: &str) -> Option<IpAddr> {
         .map(|ip| ip.to_canonical())
 }
 
-/// Middleware: replace the request's `ConnectInfo` with the client's address (the peer's port).
-pub async fn layer(State(proxies): State<Arc<TrustedProxies>>, mut req: Request, next: Next) -> Response {
+/// Replace the request's `ConnectInfo` with the client's address (the peer's port).
+pub fn apply(proxies: &TrustedProxies, req: &mut Request) {
     if let Some(ConnectInfo(peer)) = req.extensions().get::<ConnectInfo<SocketAddr>>().copied() {
         let client = proxies.client(peer.ip(), req.headers());
         if client != peer.ip() {
             req.extensions_mut().insert(ConnectInfo(SocketAddr::new(client, peer.port())));
         }
     }
-    next.run(req).await
 }
 
 #[cfg(test)]

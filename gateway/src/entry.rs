@@ -6,17 +6,16 @@
 //! none of it is mapped in around the code the edge runs (its resident memory under load
 //! is about 3 MiB lower; docs/performance.md).
 
-use std::future::Future;
-use std::pin::Pin;
-
 use clap::{CommandFactory as _, FromArgMatches as _};
+use futures_util::future::BoxFuture;
+use mcp_proto::runtime::refuse_config;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::Cli;
 use crate::{Config, Error};
 
 /// What `--standalone` runs: every component in this process.
-pub type Standalone = fn(Config, CancellationToken) -> Pin<Box<dyn Future<Output = Result<(), Error>> + Send>>;
+pub type Standalone = fn(Config, CancellationToken) -> BoxFuture<'static, Result<(), Error>>;
 
 /// Parse the command line as `binary`, then serve until a signal; exits the process on a
 /// configuration error (64) or a failure (1). Without `standalone`, `--standalone` is a
@@ -34,23 +33,14 @@ pub async fn main(binary: &'static str, standalone: Option<Standalone>) {
     let matches = command.get_matches();
     let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     let embedded = match (cli.standalone, standalone) {
-        (true, None) => {
-            eprintln!(
-                "{binary}: invalid configuration: --standalone: this binary has only the edge; \
-                 `gateway --standalone` runs every component in one process"
-            );
-            std::process::exit(mcp_proto::runtime::EXIT_CONFIG);
-        }
+        (true, None) => refuse_config(
+            binary,
+            "--standalone: this binary has only the edge; `gateway --standalone` runs every component in one process",
+        ),
         (true, Some(run)) => Some(run),
         (false, _) => None,
     };
-    let config = match cli.load() {
-        Ok(c) => c,
-        Err(e) => {
-            eprintln!("{binary}: invalid configuration: {e}");
-            std::process::exit(mcp_proto::runtime::EXIT_CONFIG);
-        }
-    };
+    let config = cli.load().unwrap_or_else(|e| refuse_config(binary, e));
     let shutdown = mcp_proto::runtime::shutdown_on_signal();
     let outcome = match embedded {
         Some(run) => run(config, shutdown).await,

@@ -49,8 +49,7 @@ fn final_response(frame: pb::McpFrame) -> Response {
         r
     } else {
         let scopes = (disposition == Disposition::InsufficientScope).then(|| required_scopes(&frame.json));
-        let json = frame.json;
-        let mut r = json_response(status_of(disposition), json.clone());
+        let mut r = json_response(status_of(disposition), frame.json.clone());
         if let Some(scopes) = scopes {
             r.extensions_mut().insert(RequiredScopes(scopes));
         }
@@ -58,7 +57,7 @@ fn final_response(frame: pb::McpFrame) -> Response {
             r.extensions_mut().insert(crate::cache::Reusable {
                 ttl_ms: hint.ttl_ms,
                 fingerprint: hint.catalog_fingerprint,
-                json,
+                json: frame.json,
             });
         }
         r

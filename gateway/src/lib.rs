@@ -42,6 +42,7 @@ use std::time::Duration;
 use mcp_proto::mcp::mcp_service_client::McpServiceClient;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
+use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
 
 pub use config::Config;
 
@@ -132,6 +133,7 @@ pub async fn serve_with(
         limits: limits::Limits::new(config.rate_limit_per_ip, config.rate_limit_per_client)
             .with_stream_cap(config.max_streams_per_client),
         body_timeout: Duration::from_secs(config.body_timeout_secs.max(1)),
+        max_body_bytes: config.max_body_bytes,
         draining: AtomicBool::new(false),
         cache: cache::ResultCache::new(config.result_cache_bytes),
     });
@@ -149,20 +151,31 @@ pub async fn serve_with(
             }
         }
     });
-    let proxies = Arc::new(client_addr::TrustedProxies::parse(&config.trusted_proxies).map_err(Error::Config)?);
-    let app = app::router(state.clone(), config.max_body_bytes)
-        .layer(axum::middleware::from_fn_with_state(proxies, client_addr::layer))
-        .layer(axum::middleware::from_fn_with_state(config.max_header_bytes, limits::guard_headers));
+    let proxies = client_addr::TrustedProxies::parse(&config.trusted_proxies).map_err(Error::Config)?;
+    let edge = Arc::new(Edge { max_header_bytes: config.max_header_bytes, proxies });
+    // Around the whole router, outermost first. Built once as one concrete type (see
+    // `app::router`); `from_fn` clones what it wraps for each request, so it wraps only the
+    // router, an `Arc`.
+    let app = tower::ServiceBuilder::new()
+        // Give every request an id (kept if the client sent one), and echo it to the client.
+        .layer(SetRequestIdLayer::new(app::REQUEST_ID, MakeRequestUuid))
+        .layer(PropagateRequestIdLayer::new(app::REQUEST_ID))
+        // CORS answers preflights before anything else runs.
+        .layer(app::cors(state.policy.clone()))
+        .layer(axum::middleware::from_fn_with_state(edge, edge_checks))
+        .service(app::router(state.clone()));
     tracing::info!(service = "gateway", %addr, endpoint = %format!("http://{addr}/mcp"), "listening");
 
     let drain = state.clone();
     let stop = shutdown.clone();
-    let server = axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>()).with_graceful_shutdown(
-        async move {
-            stop.cancelled().await;
-            drain.draining.store(true, Ordering::SeqCst);
-        },
-    );
+    let server = axum::serve(
+        listener,
+        axum::ServiceExt::<axum::extract::Request>::into_make_service_with_connect_info::<SocketAddr>(app),
+    )
+    .with_graceful_shutdown(async move {
+        stop.cancelled().await;
+        drain.draining.store(true, Ordering::SeqCst);
+    });
     let grace = Duration::from_secs(config.shutdown_grace_secs);
     tokio::select! {
         outcome = server => outcome.map_err(Error::Serve)?,
@@ -172,4 +185,24 @@ pub async fn serve_with(
     }
     tracing::info!(service = "gateway", "stopped");
     Ok(())
+}
+
+/// What [`edge_checks`] needs.
+struct Edge {
+    max_header_bytes: usize,
+    proxies: client_addr::TrustedProxies,
+}
+
+/// Every request, before the routes: the header guard (a refusal is answered at once), the
+/// client's address behind trusted proxies, then one span and the metrics of the request.
+async fn edge_checks(
+    axum::extract::State(edge): axum::extract::State<Arc<Edge>>,
+    mut req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    if let Some(refused) = limits::header_refusal(&req, edge.max_header_bytes) {
+        return refused;
+    }
+    client_addr::apply(&edge.proxies, &mut req);
+    observe::observe(req, next).await
 }

@@ -15,8 +15,7 @@ use std::net::IpAddr;
 use std::num::NonZeroU32;
 use std::sync::{Arc, Mutex};
 
-use axum::extract::{Request, State};
-use axum::middleware::Next;
+use axum::extract::Request;
 use axum::response::{IntoResponse, Response};
 use governor::clock::{Clock as _, DefaultClock};
 use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
@@ -162,15 +161,16 @@ impl Drop for OpenStream {
 /// How long a client at the stream cap is asked to wait.
 const STREAM_RETRY: std::time::Duration = std::time::Duration::from_secs(5);
 
-/// Headers every request is checked against, before anything else reads them.
-pub async fn guard_headers(State(max_header_bytes): State<usize>, req: Request, next: Next) -> Response {
+/// Headers every request is checked against, before anything else reads them: the refusal to
+/// send, if they fail.
+pub fn header_refusal(req: &Request, max_header_bytes: usize) -> Option<Response> {
     let size: usize = req.headers().iter().map(|(k, v)| k.as_str().len() + v.len() + 4).sum();
     if size > max_header_bytes {
         metrics::counter!("gateway_header_refusals_total", "reason" => "too_large").increment(1);
-        return edge_error(
+        return Some(edge_error(
             StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
             &format!("Request header fields too large: more than {max_header_bytes} bytes"),
-        );
+        ));
     }
     if req.uri().path() == "/mcp" {
         for name in [mcp_proto::vocab::header::SESSION_ID, header::AUTHORIZATION.as_str()] {
@@ -185,11 +185,11 @@ pub async fn guard_headers(State(max_header_bytes): State<usize>, req: Request, 
             };
             if let Some(problem) = problem {
                 metrics::counter!("gateway_header_refusals_total", "reason" => "malformed").increment(1);
-                return edge_error(StatusCode::BAD_REQUEST, &format!("Bad Request: header {name} {problem}"));
+                return Some(edge_error(StatusCode::BAD_REQUEST, &format!("Bad Request: header {name} {problem}")));
             }
         }
     }
-    next.run(req).await
+    None
 }
 
 fn edge_error(status: StatusCode, message: &str) -> Response {

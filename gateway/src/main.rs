@@ -1,15 +1,13 @@
 //! `gateway`: the HTTP edge, with every component linked in (`--standalone`).
 
-use std::future::Future;
-use std::pin::Pin;
-
+use futures_util::future::BoxFuture;
 use gateway::{Config, Error};
 use tokio_util::sync::CancellationToken;
 
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-fn standalone(config: Config, shutdown: CancellationToken) -> Pin<Box<dyn Future<Output = Result<(), Error>> + Send>> {
+fn standalone(config: Config, shutdown: CancellationToken) -> BoxFuture<'static, Result<(), Error>> {
     Box::pin(gateway::standalone::run(config, shutdown))
 }
 

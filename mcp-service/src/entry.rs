@@ -7,6 +7,7 @@
 //! around the code the service runs (docs/performance.md).
 
 use clap::{CommandFactory as _, FromArgMatches as _};
+use mcp_proto::runtime::refuse_config;
 
 use crate::EmbeddedRegistry;
 use crate::config::Cli;
@@ -23,13 +24,10 @@ pub async fn main(binary: &'static str, embedded: Option<EmbeddedRegistry>) {
             .about("The MCP JSON-RPC engine (gRPC or stdio), calling registry-service over gRPC (--registry)");
     }
     let cli = Cli::from_arg_matches(&command.get_matches()).unwrap_or_else(|e| e.exit());
-    let config = match cli.load() {
-        Ok(c) => c,
-        Err(e) => refuse(binary, &e.to_string()),
-    };
+    let config = cli.load().unwrap_or_else(|e| refuse_config(binary, e));
     match config.registry.as_deref().map(mcp_proto::balance::Target::parse) {
-        Some(Err(e)) => refuse(binary, &format!("registry: {e}")),
-        None if embedded.is_none() => refuse(binary, crate::NO_EMBEDDED_REGISTRY),
+        Some(Err(e)) => refuse_config(binary, format_args!("registry: {e}")),
+        None if embedded.is_none() => refuse_config(binary, crate::NO_EMBEDDED_REGISTRY),
         _ => {}
     }
     let shutdown = mcp_proto::runtime::shutdown_on_signal();
@@ -42,9 +40,4 @@ pub async fn main(binary: &'static str, embedded: Option<EmbeddedRegistry>) {
         tracing::error!(error = %e, "mcp-service failed");
         std::process::exit(1);
     }
-}
-
-fn refuse(binary: &str, why: &str) -> ! {
-    eprintln!("{binary}: invalid configuration: {why}");
-    std::process::exit(mcp_proto::runtime::EXIT_CONFIG);
 }

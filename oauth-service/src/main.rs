@@ -6,13 +6,7 @@ async fn main() {
     let _telemetry = mcp_proto::telemetry::init("oauth-service");
     let mut cli = Cli::parse();
     let command = cli.command.take();
-    let config = match cli.load() {
-        Ok(c) => c,
-        Err(e) => {
-            eprintln!("oauth-service: invalid configuration: {e}");
-            std::process::exit(mcp_proto::runtime::EXIT_CONFIG);
-        }
-    };
+    let config = cli.load().unwrap_or_else(|e| mcp_proto::runtime::refuse_config("oauth-service", e));
     if let Some(command) = command {
         match oauth_service::admin::run(command, &config).await {
             Ok(out) => {

@@ -19,6 +19,7 @@ pub mod jsonrpc;
 pub mod log_fields;
 pub mod mimalloc;
 pub mod outbound;
+pub mod resident;
 pub mod runtime;
 pub mod telemetry;
 pub mod templates;

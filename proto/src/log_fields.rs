@@ -120,6 +120,15 @@ impl Visit for Members {
 }
 
 fn push_json_string(out: &mut String, value: &str) {
+    // Most values (names, methods, ids) need no escape: they are copied between quotes
+    // without a string of their own.
+    if !value.bytes().any(|b| b < 0x20 || b == b'"' || b == b'\\') {
+        out.reserve(value.len() + 2);
+        out.push('"');
+        out.push_str(value);
+        out.push('"');
+        return;
+    }
     // serde_json escapes exactly as JSON requires; writing to a String cannot fail.
     if let Ok(quoted) = serde_json::to_string(value) {
         out.push_str(&quoted);
@@ -146,6 +155,15 @@ mod tests {
         }
         fn flush(&mut self) -> std::io::Result<()> {
             Ok(())
+        }
+    }
+
+    #[test]
+    fn strings_are_quoted_as_serde_json_quotes_them() {
+        for value in ["", "tools/call", "é ü 日本", "a\"b", "back\\slash", "line\nbreak", "\u{1}\t", "del\u{7f}"] {
+            let mut out = String::from("x");
+            push_json_string(&mut out, value);
+            assert_eq!(out, format!("x{}", serde_json::to_string(value).expect("json")), "{value:?}");
         }
     }
 

@@ -135,6 +135,13 @@ pub async fn drain<F: std::future::Future>(
 /// Exit code for configuration errors (EX_USAGE), as linkerd and sysexits use.
 pub const EXIT_CONFIG: i32 = 64;
 
+/// Refuse to start: `{binary}: invalid configuration: {why}` on stderr, and exit with
+/// [`EXIT_CONFIG`].
+pub fn refuse_config(binary: &str, why: impl std::fmt::Display) -> ! {
+    eprintln!("{binary}: invalid configuration: {why}");
+    std::process::exit(EXIT_CONFIG);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -9,13 +9,7 @@ async fn main() {
     let _telemetry = mcp_proto::telemetry::init("registry-service");
     mcp_proto::telemetry::every_second(mcp_proto::mimalloc::return_freed_memory);
     let cli = Cli::parse();
-    let config = match cli.load() {
-        Ok(c) => c,
-        Err(e) => {
-            eprintln!("registry-service: invalid configuration: {e}");
-            std::process::exit(mcp_proto::runtime::EXIT_CONFIG);
-        }
-    };
+    let config = cli.load().unwrap_or_else(|e| mcp_proto::runtime::refuse_config("registry-service", e));
     if cli.validate_only {
         match registry_service::load_catalog(&config) {
             Ok(c) => {

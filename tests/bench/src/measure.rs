@@ -193,6 +193,9 @@ pub async fn run(plan: &Plan) -> anyhow::Result<Results> {
     Ok(results)
 }
 
+/// How long the last server started runs before the first measurement.
+const SETTLE: Duration = Duration::from_secs(3);
+
 /// Every server of one catalog size: all started at once (idle while another is measured),
 /// then each scenario in turn, and within it each concurrency level measured on every server
 /// before the next level — so the measurements a ratio compares are seconds apart, not
@@ -211,6 +214,9 @@ async fn catalog_run(plan: &Plan, launch: &Launch<'_>, clock: &Clock, catalog: u
             Err(e) => results.failures.push(failure(kind, catalog, "start", format!("{e:#}"))),
         }
     }
+    // Measured as deployed servers run, not as they start: the services hand back their
+    // start-up code two seconds after they start (`mcp_proto::resident`).
+    tokio::time::sleep(SETTLE).await;
     for (op, era) in Op::scenarios().filter(|(op, _)| plan.ops.contains(op)) {
         let what = format!("{} ({})", op.label(), era.version());
         // Each server's requests for this scenario, set up and warmed up.

@@ -175,6 +175,7 @@ async fn http_edge_refusals() {
     )
     .await;
     assert!(head.starts_with("HTTP/1.1 413"), "{head}");
+    assert!(head.contains("application/json") && head.contains("\"code\":-32600"), "a JSON-RPC error: {head}");
     // Without a legacy session there is no GET stream (405) and nothing to DELETE (400).
     let http = e2e::http();
     let r = http.get(&c.url).header("accept", "text/event-stream").send().await.expect("GET");

@@ -101,6 +101,9 @@ async fn abused_headers_are_refused_cleanly() {
     for headers in [vec![("x-padding", big.as_str())], vec![("mcp-session-id", big.as_str())]] {
         let r = c.post(&ping(1), &headers).await;
         assert_eq!((r.status, r.error_code()), (431, Some(-32600)), "{}", r.text);
+        // A refusal at the edge still gets a request id to quote in a support ticket.
+        let id = r.headers.get("x-request-id").and_then(|v| v.to_str().ok()).unwrap_or_default();
+        assert_eq!(id.len(), 36, "a generated request id: {:?}", r.headers);
     }
     let many: Vec<(String, String)> = (0..200).map(|i| (format!("x-h{i}"), "v".into())).collect();
     let many: Vec<(&str, &str)> = many.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();

@@ -374,3 +374,63 @@ async fn thousands_of_calls_keep_the_engine_connection_healthy() {
     let logs = stack.gateway().log_text();
     assert!(!logs.contains("reset streams"), "{logs}");
 }
+
+/// Browser clients: CORS preflights and answers for allowed origins only, with the MCP headers
+/// allowed and exposed; every route, and requests that match none, carry a request id.
+#[tokio::test]
+async fn browsers_get_cors_and_every_answer_a_request_id() {
+    let stack = Stack::standalone().await;
+    let c = stack.client();
+    let origin = "http://localhost:5173";
+    let header = |r: &reqwest::Response, name: &str| {
+        r.headers().get(name).and_then(|v| v.to_str().ok()).map(str::to_ascii_lowercase).unwrap_or_default()
+    };
+
+    let preflight = |from: &'static str| {
+        c.http
+            .request(reqwest::Method::OPTIONS, &c.url)
+            .header("origin", from)
+            .header("access-control-request-method", "POST")
+            .header("access-control-request-headers", "content-type, mcp-protocol-version, mcp-session-id")
+            .send()
+    };
+    let r = preflight(origin).await.expect("preflight");
+    assert!(r.status().is_success(), "{}", r.status());
+    assert_eq!(header(&r, "access-control-allow-origin"), origin);
+    assert!(header(&r, "access-control-allow-methods").contains("post"));
+    for name in ["content-type", "mcp-protocol-version", "mcp-session-id", "mcp-method", "authorization"] {
+        assert!(header(&r, "access-control-allow-headers").contains(name), "{name} allowed");
+    }
+    assert_eq!(header(&r, "access-control-max-age"), "3600");
+    assert!(!header(&r, "x-request-id").is_empty(), "a preflight gets a request id too");
+
+    // An origin the DNS-rebinding check refuses gets no CORS grant.
+    let r = preflight("https://evil.example").await.expect("preflight");
+    assert_eq!(header(&r, "access-control-allow-origin"), "");
+
+    // A request from an allowed origin: the grant, the exposed session header, its own id back.
+    let body = e2e::modern_request(1, "server/discover", json!({}));
+    let r = c
+        .http
+        .post(&c.url)
+        .header("origin", origin)
+        .header("content-type", "application/json")
+        .header("accept", "application/json")
+        .header("mcp-protocol-version", e2e::MODERN)
+        .header("mcp-method", "server/discover")
+        .header("x-request-id", "req-cors-1")
+        .json(&body)
+        .send()
+        .await
+        .expect("POST");
+    assert_eq!(r.status(), 200);
+    assert_eq!(header(&r, "access-control-allow-origin"), origin);
+    assert!(header(&r, "access-control-expose-headers").contains("mcp-session-id"));
+    assert_eq!(header(&r, "x-request-id"), "req-cors-1");
+
+    // A path no route serves: 404, still with a request id (one is made when none is sent).
+    let base = c.url.trim_end_matches("/mcp");
+    let r = c.http.get(format!("{base}/no-such-path")).send().await.expect("GET");
+    assert_eq!(r.status(), 404);
+    assert_eq!(header(&r, "x-request-id").len(), 36, "a UUID");
+}
