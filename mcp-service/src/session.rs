@@ -34,6 +34,8 @@ pub struct Session {
     pub outbound: Mutex<Vec<mpsc::Sender<Frame>>>,
     pub ended: AtomicBool,
     expires: u64,
+    /// When a request last named it (Unix seconds).
+    last_used: AtomicU64,
 }
 
 impl Session {
@@ -98,16 +100,62 @@ pub enum SessionError {
     Ended,
 }
 
+/// How often expired sessions and ids are swept out (on the first lookup after the interval).
+const SWEEP_EVERY_SECS: u64 = 60;
+/// A session idle this long with no state of its own is forgotten; its id still works (it is
+/// taken up again from its claims, as another replica would).
+const IDLE_SECS: u64 = 600;
+/// At most this many ended sessions' nonces are remembered (about 40 bytes each); past it, the
+/// ones that expire first are forgotten.
+const MAX_ENDED: usize = 200_000;
+
 /// Every legacy HTTP session this replica knows.
 pub struct Sessions {
     sealer: Sealer,
     ttl: Duration,
-    live: Mutex<HashMap<String, Arc<Session>>>,
+    live: Mutex<Live>,
+    max_ended: usize,
+}
+
+#[derive(Default)]
+struct Live {
+    sessions: HashMap<String, Arc<Session>>,
+    /// Nonces of sessions ended here, with their ids' expiry: refused until then.
+    ended: HashMap<String, u64>,
+    next_sweep: u64,
+}
+
+impl Live {
+    /// Drop expired sessions and ids, and idle sessions that hold nothing, once a minute.
+    fn sweep_if_due(&mut self, t: u64) {
+        if t < self.next_sweep {
+            return;
+        }
+        self.next_sweep = t + SWEEP_EVERY_SECS;
+        self.sessions.retain(|_, s| s.expires > t && !s.forgettable(t));
+        self.ended.retain(|_, expires| *expires > t);
+    }
+}
+
+impl Session {
+    /// Idle for [`IDLE_SECS`], held by no call or stream, and with nothing of its own that its
+    /// id's claims could not give back: such a session is rebuilt when it is next used.
+    fn forgettable(self: &Arc<Self>, t: u64) -> bool {
+        !self.key.is_empty()
+            && Arc::strong_count(self) == 1
+            && t.saturating_sub(self.last_used.load(Ordering::Relaxed)) >= IDLE_SECS
+            && self.log_level.lock().is_ok_and(|l| l.is_none())
+            && self.subscriptions.lock().is_ok_and(|s| s.is_empty())
+            && self.outbound.lock().is_ok_and(|mut o| {
+                o.retain(|tx| !tx.is_closed());
+                o.is_empty()
+            })
+    }
 }
 
 impl Sessions {
     pub fn new(sealer: Sealer, ttl: Duration) -> Self {
-        Self { sealer, ttl, live: Mutex::default() }
+        Self { sealer, ttl, live: Mutex::default(), max_ended: MAX_ENDED }
     }
 
     /// Start a session after a successful `initialize`; returns its id.
@@ -115,7 +163,8 @@ impl Sessions {
         let mut nonce = [0u8; 16];
         rand::fill(&mut nonce);
         let nonce: String = nonce.iter().map(|b| format!("{b:02x}")).collect();
-        let expires = now().saturating_add(self.ttl.as_secs());
+        let t = now();
+        let expires = t.saturating_add(self.ttl.as_secs());
         let claims = Claims { r: revision.to_owned(), c: capabilities.clone(), e: expires, n: nonce.clone() };
         let token = self.sealer.seal(PURPOSE, &claims);
         let session = Arc::new(Session {
@@ -123,58 +172,75 @@ impl Sessions {
             negotiated: Mutex::new(Some(revision)),
             client_capabilities: Mutex::new(capabilities),
             expires,
+            last_used: AtomicU64::new(t),
             ..Session::default()
         });
         if let Ok(mut live) = self.live.lock() {
-            let t = now();
-            live.retain(|_, s| s.expires > t);
-            live.insert(nonce, session.clone());
+            live.sweep_if_due(t);
+            live.sessions.insert(nonce, session.clone());
         }
         (token, session)
     }
 
     /// The live session named by `token`. A valid token this replica has not seen (issued by
-    /// another replica, or before a restart) is taken up from its claims.
+    /// another replica, before a restart, or forgotten while idle) is taken up from its claims.
     pub fn resolve(&self, token: &str) -> Result<Arc<Session>, SessionError> {
+        self.resolve_at(token, now())
+    }
+
+    fn resolve_at(&self, token: &str, t: u64) -> Result<Arc<Session>, SessionError> {
         let claims: Claims = self.sealer.open(PURPOSE, token.trim())?;
-        if claims.e <= now() {
+        if claims.e <= t {
             return Err(SessionError::Expired);
         }
         let revision = mcp_proto::vocab::LEGACY_REVISIONS
             .into_iter()
             .find(|r| *r == claims.r)
             .ok_or(SessionError::Invalid(SealError::Malformed))?;
-        let mut live = self.live.lock().map_err(|_| SessionError::Ended)?;
-        let session = live
-            .entry(claims.n.clone())
-            .or_insert_with(|| {
-                Arc::new(Session {
-                    key: claims.n.clone(),
-                    negotiated: Mutex::new(Some(revision)),
-                    client_capabilities: Mutex::new(claims.c.clone()),
-                    expires: claims.e,
-                    ..Session::default()
+        let session = {
+            let mut live = self.live.lock().map_err(|_| SessionError::Ended)?;
+            live.sweep_if_due(t);
+            if live.ended.contains_key(&claims.n) {
+                return Err(SessionError::Ended);
+            }
+            live.sessions
+                .entry(claims.n.clone())
+                .or_insert_with(|| {
+                    Arc::new(Session {
+                        key: claims.n.clone(),
+                        negotiated: Mutex::new(Some(revision)),
+                        client_capabilities: Mutex::new(claims.c.clone()),
+                        expires: claims.e,
+                        ..Session::default()
+                    })
                 })
-            })
-            .clone();
+                .clone()
+        };
+        session.last_used.store(t, Ordering::Relaxed);
         if session.ended.load(Ordering::SeqCst) {
             return Err(SessionError::Ended);
         }
         Ok(session)
     }
 
-    /// End the session named by `token` (HTTP DELETE); `false` if there was none.
+    /// End the session named by `token` (HTTP DELETE); `false` if there was none. Only its
+    /// nonce is kept, so that the id stays refused until it expires.
     pub fn end(&self, token: &str) -> bool {
-        match self.resolve(token) {
-            Ok(session) => {
-                session.ended.store(true, Ordering::SeqCst);
-                if let Ok(mut o) = session.outbound.lock() {
-                    o.clear();
-                }
-                true
-            }
-            Err(_) => false,
+        let Ok(session) = self.resolve(token) else { return false };
+        session.ended.store(true, Ordering::SeqCst);
+        if let Ok(mut o) = session.outbound.lock() {
+            o.clear();
         }
+        if let Ok(mut live) = self.live.lock() {
+            live.sessions.remove(&session.key);
+            if live.ended.len() >= self.max_ended {
+                let t = now();
+                live.ended.retain(|_, expires| *expires > t);
+                forget_soonest_expiring(&mut live.ended, self.max_ended);
+            }
+            live.ended.insert(session.key.clone(), session.expires);
+        }
+        true
     }
 
     /// Register a session that has no token (a stdio connection); returns its key.
@@ -183,14 +249,14 @@ impl Sessions {
         rand::fill(&mut key);
         let key: String = key.iter().map(|b| format!("{b:02x}")).collect();
         if let Ok(mut live) = self.live.lock() {
-            live.insert(key.clone(), session);
+            live.sessions.insert(key.clone(), session);
         }
         key
     }
 
     pub fn detach(&self, key: &str) {
         if let Ok(mut live) = self.live.lock() {
-            live.remove(key);
+            live.sessions.remove(key);
         }
     }
 
@@ -198,9 +264,30 @@ impl Sessions {
     pub fn all(&self) -> Vec<Arc<Session>> {
         self.live
             .lock()
-            .map(|l| l.values().filter(|s| !s.ended.load(Ordering::SeqCst)).cloned().collect())
+            .map(|l| l.sessions.values().filter(|s| !s.ended.load(Ordering::SeqCst)).cloned().collect())
             .unwrap_or_default()
     }
+}
+
+/// At `cap` ended ids or more, forget the tenth of `cap` that expire first (a tenth at a time,
+/// so that a full set is not walked on every `DELETE`).
+fn forget_soonest_expiring(ended: &mut HashMap<String, u64>, cap: usize) {
+    if ended.len() < cap {
+        return;
+    }
+    let drop = (ended.len() + 1 - cap).max(cap / 10).min(ended.len());
+    let mut expiries: Vec<u64> = ended.values().copied().collect();
+    let (_, &mut threshold, _) = expiries.select_nth_unstable(drop - 1);
+    // Every id expiring before the threshold goes, and as many at it as make up `drop`.
+    let mut at_threshold = drop - expiries.iter().filter(|e| **e < threshold).count();
+    ended.retain(|_, expires| match (*expires).cmp(&threshold) {
+        std::cmp::Ordering::Less => false,
+        std::cmp::Ordering::Equal if at_threshold > 0 => {
+            at_threshold -= 1;
+            false
+        }
+        _ => true,
+    });
 }
 
 /// Server-to-client requests awaiting the client's answer, by JSON-RPC id.
@@ -264,6 +351,76 @@ mod tests {
         assert!(sessions.end(&token));
         assert_eq!(sessions.resolve(&token).err(), Some(SessionError::Ended));
         assert!(!sessions.end(&token));
+    }
+
+    #[test]
+    fn ended_sessions_leave_only_their_nonce_and_stay_refused() {
+        let sessions = Sessions::new(Sealer::random(), Duration::from_secs(60));
+        let tokens: Vec<String> = (0..5).map(|_| sessions.create("2025-03-26", json!({})).0).collect();
+        for token in &tokens[..3] {
+            assert!(sessions.end(token));
+        }
+        {
+            let live = sessions.live.lock().expect("lock");
+            assert_eq!((live.sessions.len(), live.ended.len()), (2, 3));
+        }
+        for token in &tokens[..3] {
+            assert_eq!(sessions.resolve(token).err(), Some(SessionError::Ended), "still refused");
+        }
+        assert_eq!(sessions.live.lock().expect("lock").sessions.len(), 2, "a refused id is not taken up");
+        assert!(sessions.resolve(&tokens[3]).is_ok());
+    }
+
+    #[test]
+    fn idle_sessions_without_state_are_forgotten_and_taken_up_again() {
+        let sessions = Sessions::new(Sealer::random(), Duration::from_secs(86_400));
+        let (plain, _) = sessions.create("2025-06-18", json!({"roots":{}}));
+        let (with_level, s) = sessions.create("2025-06-18", json!({}));
+        *s.log_level.lock().expect("lock") = Some("debug".into());
+        drop(s);
+        let (in_use, held) = sessions.create("2025-06-18", json!({}));
+        let (subscribed, s) = sessions.create("2025-06-18", json!({}));
+        s.subscriptions.lock().expect("lock").insert("file:///a".into());
+        drop(s);
+        let t = now();
+        // Before the idle time, a sweep keeps everything.
+        sessions.live.lock().expect("lock").next_sweep = 0;
+        sessions.resolve_at(&in_use, t + 1).expect("resolves");
+        assert_eq!(sessions.live.lock().expect("lock").sessions.len(), 4);
+        // After it, only the plain session is forgotten.
+        sessions.live.lock().expect("lock").next_sweep = 0;
+        let again = sessions.resolve_at(&with_level, t + IDLE_SECS + 5).expect("resolves");
+        assert_eq!(again.log_level().as_deref(), Some("debug"), "kept, with its level");
+        {
+            let live = sessions.live.lock().expect("lock");
+            assert_eq!(live.sessions.len(), 3);
+            assert!(live.sessions.values().any(|s| Arc::ptr_eq(s, &held)), "a session in use stays");
+            assert!(live.sessions.values().any(|s| s.is_subscribed("file:///a")), "a subscription stays");
+        }
+        // The forgotten one comes back from its id, with its revision and capabilities.
+        let back = sessions.resolve(&plain).expect("taken up again");
+        assert_eq!((back.revision(), back.capabilities()), (Some("2025-06-18"), json!({"roots":{}})));
+        assert!(sessions.resolve(&subscribed).is_ok());
+    }
+
+    #[test]
+    fn at_the_cap_the_ended_ids_expiring_first_are_forgotten() {
+        let mut sessions = Sessions::new(Sealer::random(), Duration::from_secs(60));
+        sessions.max_ended = 20;
+        let mut tokens = Vec::new();
+        for i in 0..30 {
+            sessions.ttl = Duration::from_secs(1_000 + i);
+            tokens.push(sessions.create("2025-06-18", json!({})).0);
+        }
+        for token in &tokens {
+            assert!(sessions.end(token));
+            assert!(sessions.live.lock().expect("lock").ended.len() <= 20);
+        }
+        // The latest expiring are still refused as ended; the earliest were forgotten and,
+        // their ids still valid, are taken up again.
+        assert_eq!(sessions.resolve(&tokens[29]).err(), Some(SessionError::Ended));
+        assert_eq!(sessions.resolve(&tokens[20]).err(), Some(SessionError::Ended));
+        assert!(sessions.resolve(&tokens[0]).is_ok());
     }
 
     #[test]
