@@ -206,8 +206,9 @@ fn refusal(r: Refusal, id: Option<&str>) -> Response {
     }
 }
 
-/// `POST /mcp`, checked in this order: Host/Origin (403) → Content-Type (415) → Accept (406)
-/// → body size (413, by the layer) → JSON-RPC envelope (-32700/-32600, 400) → era → for a
+/// `POST /mcp`, checked in this order: a body announced over the limit (413) → Host/Origin
+/// (403) → Content-Type (415) → Accept (406) → the body, read within the size (413) and time
+/// (408) limits → JSON-RPC envelope (-32700/-32600, 400) → era → for a
 /// modern request with complete `_meta`, the routing headers (-32020, 400) → forward. The
 /// protocol engine then checks `_meta`, version, method and capabilities.
 async fn mcp_post(
@@ -283,7 +284,7 @@ async fn mcp_post(
     if let (Some(key), Some(id)) = (&cache_key, &id)
         && let Some(reply) = gw.cache.reply(key, id)
     {
-        metrics::counter!("gateway_result_cache_total", "outcome" => "hit").increment(1);
+        cache_outcome("hit").increment(1);
         let mut resp = forward::json_response(StatusCode::OK, reply);
         resp.extensions_mut().insert(labels);
         return resp;
@@ -302,7 +303,7 @@ async fn mcp_post(
     let mut resp = forward::forward(gw.mcp.clone(), request, accepts, id.clone()).await;
     resp = gw.limits.hold_stream(stream, resp);
     if let (Some(key), Some(id)) = (cache_key, &id) {
-        metrics::counter!("gateway_result_cache_total", "outcome" => "miss").increment(1);
+        cache_outcome("miss").increment(1);
         if let Some(reusable) = resp.extensions_mut().remove::<crate::cache::Reusable>() {
             gw.cache.keep(key, id, &reusable);
         }
@@ -315,6 +316,13 @@ async fn mcp_post(
     }
     resp.extensions_mut().insert(labels);
     resp
+}
+
+/// The result cache's counter of hits or misses.
+fn cache_outcome(outcome: &'static str) -> metrics::Counter {
+    static COUNTERS: std::sync::LazyLock<mcp_proto::telemetry::Handles<&'static str, metrics::Counter>> =
+        std::sync::LazyLock::new(Default::default);
+    COUNTERS.get(outcome, |&outcome| metrics::counter!("gateway_result_cache_total", "outcome" => outcome))
 }
 
 fn payload_too_large() -> Response {

@@ -2,11 +2,14 @@
 //! client's W3C `traceparent`), and `/metrics` shows requests by route, MCP method, era and
 //! status, their latency, and the requests in flight.
 
+use std::sync::LazyLock;
 use std::time::Instant;
 
 use axum::extract::Request;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
+use mcp_proto::telemetry::Handles;
+use metrics::{Counter, Gauge, Histogram};
 use tracing::Instrument as _;
 use tracing::field::Empty;
 
@@ -81,7 +84,7 @@ pub async fn observe(req: Request, next: Next) -> Response {
     );
     mcp_proto::telemetry::extract_http(&span, req.headers());
     let started = Instant::now();
-    let in_flight = metrics::gauge!("gateway_http_in_flight_requests");
+    let in_flight = IN_FLIGHT.get((), |()| metrics::gauge!("gateway_http_in_flight_requests"));
     in_flight.increment(1.0);
     let resp = next.run(req).instrument(span.clone()).await;
     in_flight.decrement(1.0);
@@ -95,16 +98,23 @@ pub async fn observe(req: Request, next: Next) -> Response {
     } else {
         tracing::debug!(parent: &span, status, elapsed_ms, "request");
     }
-    let status = status.to_string();
-    metrics::counter!(
-        "gateway_http_requests_total",
-        "route" => route, "method" => mcp_method, "era" => era, "status" => status.clone()
-    )
-    .increment(1);
-    metrics::histogram!("gateway_http_request_duration_seconds", "route" => route, "method" => mcp_method, "era" => era)
-        .record(started.elapsed().as_secs_f64());
+    let (count, duration) = REQUESTS.get((route, mcp_method, era, status), |&(route, method, era, status)| {
+        (
+            metrics::counter!(
+                "gateway_http_requests_total",
+                "route" => route, "method" => method, "era" => era, "status" => status.to_string()
+            ),
+            metrics::histogram!("gateway_http_request_duration_seconds", "route" => route, "method" => method, "era" => era),
+        )
+    });
+    count.increment(1);
+    duration.record(started.elapsed().as_secs_f64());
     resp
 }
+
+type RequestKey = (&'static str, &'static str, &'static str, u16);
+static REQUESTS: LazyLock<Handles<RequestKey, (Counter, Histogram)>> = LazyLock::new(Handles::default);
+static IN_FLIGHT: LazyLock<Handles<(), Gauge>> = LazyLock::new(Handles::default);
 
 /// `GET /metrics`: Prometheus text format.
 pub async fn metrics() -> Response {

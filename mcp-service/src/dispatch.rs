@@ -58,8 +58,8 @@ pub enum Method {
 
 impl Method {
     /// A bounded label for metrics and traces: the method's name, or `other`.
-    pub fn label(name: &str) -> &str {
-        if Self::parse(name) == Self::Unknown { "other" } else { name }
+    pub fn label(name: &str) -> &'static str {
+        if Self::parse(name) == Self::Unknown { "other" } else { mcp_proto::vocab::method_label(name) }
     }
 
     pub fn parse(name: &str) -> Self {
@@ -456,7 +456,7 @@ fn envelope_error(e: EnvelopeError, era: Era) -> Frame {
 
 /// Metrics and trace attributes of one handled request: method, era, tool and outcome.
 fn observe(env: &Envelope<'_>, era: Era, outcome: &Result<Answer, Error>, started: std::time::Instant) {
-    let method = Method::label(env.method.as_ref()).to_owned();
+    let method = Method::label(env.method.as_ref());
     let era = match era {
         Era::Modern => "modern",
         Era::Legacy => "legacy",
@@ -468,13 +468,23 @@ fn observe(env: &Envelope<'_>, era: Era, outcome: &Result<Answer, Error>, starte
         Err(_) => "error",
     };
     let span = tracing::Span::current();
-    span.record("mcp.method", method.as_str());
+    span.record("mcp.method", method);
     span.record("mcp.era", era);
     span.record("outcome", result);
     if let Err(e) = outcome {
         span.record("error.code", e.code(Era::Modern).0);
     }
-    metrics::counter!("mcp_requests_total", "method" => method.clone(), "era" => era, "outcome" => result).increment(1);
-    metrics::histogram!("mcp_request_duration_seconds", "method" => method, "era" => era)
-        .record(started.elapsed().as_secs_f64());
+    let (count, duration) = REQUESTS.get((method, era, result), |&(method, era, result)| {
+        (
+            metrics::counter!("mcp_requests_total", "method" => method, "era" => era, "outcome" => result),
+            metrics::histogram!("mcp_request_duration_seconds", "method" => method, "era" => era),
+        )
+    });
+    count.increment(1);
+    duration.record(started.elapsed().as_secs_f64());
 }
+
+/// Each label set's request counter and latency histogram, by method, era and outcome.
+type RequestHandles =
+    mcp_proto::telemetry::Handles<(&'static str, &'static str, &'static str), (metrics::Counter, metrics::Histogram)>;
+static REQUESTS: std::sync::LazyLock<RequestHandles> = std::sync::LazyLock::new(Default::default);

@@ -126,6 +126,43 @@ pub fn init_metrics() {
     });
 }
 
+/// Metric handles by label set, each registered with the recorder once.
+///
+/// The `metrics` macros build a key (a vector of labels, owned strings among them) and look
+/// it up in the recorder's registry on every call; a service records a few metrics on every
+/// request over a small, bounded set of labels, so it keeps the handles instead. Handles made
+/// before the recorder is installed record nothing: fill one only from code that runs after
+/// [`init`].
+pub struct Handles<K, V> {
+    map: std::sync::RwLock<std::collections::HashMap<K, V>>,
+}
+
+/// At most this many label sets are kept per [`Handles`]; past it, handles are made each time
+/// (as the macros do), so that an unexpected spread of labels cannot grow memory.
+const MAX_HANDLES: usize = 4096;
+
+impl<K: std::hash::Hash + Eq, V: Clone> Default for Handles<K, V> {
+    fn default() -> Self {
+        Self { map: std::sync::RwLock::default() }
+    }
+}
+
+impl<K: std::hash::Hash + Eq, V: Clone> Handles<K, V> {
+    /// The handles of `key`, made by `make` the first time.
+    pub fn get(&self, key: K, make: impl FnOnce(&K) -> V) -> V {
+        if let Some(v) = self.map.read().ok().and_then(|m| m.get(&key).cloned()) {
+            return v;
+        }
+        let v = make(&key);
+        if let Ok(mut m) = self.map.write()
+            && m.len() < MAX_HANDLES
+        {
+            m.entry(key).or_insert_with(|| v.clone());
+        }
+        v
+    }
+}
+
 /// How often recorded histogram samples are folded into their buckets.
 const UPKEEP_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
 
@@ -304,6 +341,21 @@ mod tests {
         let text = render_metrics();
         assert!(text.contains("test_requests_total{method=\"tools/list\"} 2"), "{text}");
         assert!(text.contains("test_latency_seconds_bucket{le=\"0.005\"} 1"), "{text}");
+    }
+
+    #[test]
+    fn kept_handles_record_like_the_macros() {
+        init_metrics();
+        let handles: Handles<(&'static str, u16), metrics::Counter> = Handles::default();
+        let make = |(method, status): &(&'static str, u16)| metrics::counter!("test_kept_total", "method" => *method, "status" => status.to_string());
+        for _ in 0..3 {
+            handles.get(("tools/list", 200), make).increment(1);
+        }
+        handles.get(("tools/call", 400), make).increment(1);
+        assert_eq!(handles.map.read().expect("lock").len(), 2, "one handle per label set");
+        let text = render_metrics();
+        assert!(text.contains("test_kept_total{method=\"tools/list\",status=\"200\"} 3"), "{text}");
+        assert!(text.contains("test_kept_total{method=\"tools/call\",status=\"400\"} 1"), "{text}");
     }
 
     static RUNS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
