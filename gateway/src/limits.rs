@@ -62,16 +62,20 @@ impl Limits {
         ip: IpAddr,
         may_stream: bool,
     ) -> Result<StreamKey, TooManyStreams> {
+        // Without a cap, or for a request that cannot stream, there is nothing to count.
+        if !may_stream || self.max_streams == 0 {
+            return Ok(StreamKey(None));
+        }
         let key = match caller {
             Some(p) => format!("caller:{}", p.subject),
             None => format!("address:{ip}"),
         };
         let open = self.streams.lock().map(|m| m.get(&key).copied().unwrap_or(0)).unwrap_or(0);
-        if may_stream && self.max_streams > 0 && open >= self.max_streams {
+        if open >= self.max_streams {
             metrics::counter!("gateway_streams_refused_total").increment(1);
             return Err(TooManyStreams);
         }
-        Ok(StreamKey(key))
+        Ok(StreamKey(Some(key)))
     }
 
     /// Count `resp` against its client while it streams (SSE), until its body is dropped.
@@ -81,13 +85,11 @@ impl Limits {
             .get(header::CONTENT_TYPE)
             .and_then(|v| v.to_str().ok())
             .is_some_and(|v| v.starts_with("text/event-stream"));
-        if !streaming || self.max_streams == 0 {
-            return resp;
-        }
+        let Some(key) = key.0.filter(|_| streaming) else { return resp };
         if let Ok(mut m) = self.streams.lock() {
-            *m.entry(key.0.clone()).or_insert(0) += 1;
+            *m.entry(key.clone()).or_insert(0) += 1;
         }
-        let open = OpenStream { streams: self.streams.clone(), key: key.0 };
+        let open = OpenStream { streams: self.streams.clone(), key };
         // The closure owns the guard: it goes when the body does (ended or the client left).
         resp.map(|body| {
             axum::body::Body::new(body.map_frame(move |frame| {
@@ -135,9 +137,10 @@ impl IntoResponse for TooManyStreams {
     }
 }
 
-/// Whose streams a request counts against (from [`Limits::admit_stream`]).
+/// Whose streams a request counts against (from [`Limits::admit_stream`]); `None` when its
+/// streams are not counted (no cap, or a request that cannot stream).
 #[derive(Debug, Clone)]
-pub struct StreamKey(String);
+pub struct StreamKey(Option<String>);
 
 /// One open stream; dropping it closes its count.
 struct OpenStream {
