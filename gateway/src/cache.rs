@@ -105,8 +105,11 @@ impl ResultCache {
         if result.len() > self.budget / 8 {
             return;
         }
+        let result_len = result.len();
+        let size = key.len() + result_len + ENTRY_OVERHEAD;
+        // Copied before the lock: hits wait for the write lock.
+        let result: Box<[u8]> = Box::from(result);
         let Ok(mut entries) = self.entries.write() else { return };
-        let size = key.len() + result.len() + ENTRY_OVERHEAD;
         if entries.bytes + size > self.budget {
             // Full: start over (entries are cheap to make again, and this keeps no order).
             entries.map.clear();
@@ -115,11 +118,11 @@ impl ResultCache {
         let entry = Entry {
             fingerprint: reply.fingerprint,
             expires: Instant::now() + Duration::from_millis(reply.ttl_ms),
-            result: Box::from(result),
+            result,
         };
         entries.bytes += size;
         if let Some(old) = entries.map.insert(key, entry) {
-            entries.bytes -= size - result.len() + old.result.len();
+            entries.bytes -= size - result_len + old.result.len();
         }
     }
 

@@ -60,10 +60,13 @@ impl McpService for McpGrpc {
     type HandleStream = FrameStream;
 
     async fn handle(&self, request: Request<pb::McpRequest>) -> Result<Response<Self::HandleStream>, Status> {
+        let (metadata, _, req) = request.into_parts();
+        // Fields known now are set now: with JSON logs each later `record` re-writes the span's
+        // formatted fields.
         let span = tracing::info_span!(
             "mcp.handle",
             otel.name = "mcp-service handle",
-            request_id = tracing::field::Empty,
+            request_id = (!req.request_id.is_empty()).then_some(req.request_id.as_str()),
             trace_id = tracing::field::Empty,
             mcp.method = tracing::field::Empty,
             mcp.era = tracing::field::Empty,
@@ -71,28 +74,28 @@ impl McpService for McpGrpc {
             outcome = tracing::field::Empty,
             error.code = tracing::field::Empty,
         );
-        mcp_proto::telemetry::extract_grpc(&span, request.metadata());
-        let req = request.into_inner();
-        if !req.request_id.is_empty() {
-            span.record("request_id", req.request_id.as_str());
-        }
+        mcp_proto::telemetry::extract_grpc(&span, &metadata);
+        let era = req.era();
+        let transport = req.transport();
+        // The request is taken apart, not copied.
+        let pb::McpRequest { body, header_version, principal, session_id, accepts_stream, param_headers, .. } = req;
         let ctx = Context {
-            era: match req.era() {
+            era: match era {
                 pb::Era::Legacy => Some(Era::Legacy),
                 pb::Era::Modern => Some(Era::Modern),
                 pb::Era::Unspecified => None,
             },
-            header_version: (!req.header_version.is_empty()).then(|| req.header_version.clone()),
-            transport: req.transport(),
-            principal: req.principal.clone(),
+            header_version: (!header_version.is_empty()).then_some(header_version),
+            transport,
+            principal,
             session: None,
-            session_token: (!req.session_id.is_empty()).then(|| req.session_id.clone()),
-            accepts_stream: req.accepts_stream,
-            param_headers: req.param_headers.clone(),
+            session_token: (!session_id.is_empty()).then_some(session_id),
+            accepts_stream,
+            param_headers,
         };
         let (tx, rx) = mpsc::channel(16);
         let engine = self.engine.clone();
-        let work = async move { engine.handle(&req.body, &ctx, &tx).await }.instrument(span);
+        let work = async move { engine.handle(&body, &ctx, &tx).await }.instrument(span);
         match self.work {
             // Frames flow as the work sends them; it stops when the caller goes away and the
             // stream is dropped.
@@ -114,8 +117,8 @@ impl McpService for McpGrpc {
         let req = request.into_inner();
         let session = self.engine.sessions.resolve(&req.session_id).map_err(|e| Status::not_found(e.to_string()))?;
         let (tx, rx) = mpsc::channel(16);
-        if let Ok(mut outbound) = session.outbound.lock() {
-            outbound.push(tx);
+        if !session.open_stream(tx) {
+            return Err(Status::not_found(crate::session::SessionError::Ended.to_string()));
         }
         Ok(Response::new(frames(rx)))
     }

@@ -56,6 +56,17 @@ impl Session {
         self.log_level.lock().ok().and_then(|l| l.clone())
     }
 
+    /// Add a GET stream for server-initiated messages; `false` (and the stream is dropped)
+    /// if the session has ended.
+    pub fn open_stream(&self, tx: mpsc::Sender<Frame>) -> bool {
+        let Ok(mut outbound) = self.outbound.lock() else { return false };
+        if self.ended.load(Ordering::SeqCst) {
+            return false;
+        }
+        outbound.push(tx);
+        true
+    }
+
     pub fn is_subscribed(&self, uri: &str) -> bool {
         self.subscriptions.lock().is_ok_and(|s| s.contains(uri))
     }
@@ -105,8 +116,10 @@ const SWEEP_EVERY_SECS: u64 = 60;
 /// A session idle this long with no state of its own is forgotten; its id still works (it is
 /// taken up again from its claims, as another replica would).
 const IDLE_SECS: u64 = 600;
-/// At most this many ended sessions' nonces are remembered (about 40 bytes each); past it, the
-/// ones that expire first are forgotten.
+/// At most this many ended sessions' nonces are remembered (about 35 bytes each with the map's
+/// slack); past it, the ones that expire first are forgotten, and their ids, still validly
+/// sealed, are taken up again like any other session's (counted in
+/// `mcp_ended_sessions_forgotten_total`).
 const MAX_ENDED: usize = 200_000;
 
 /// Every legacy HTTP session this replica knows.
@@ -121,7 +134,7 @@ pub struct Sessions {
 struct Live {
     sessions: HashMap<String, Arc<Session>>,
     /// Nonces of sessions ended here, with their ids' expiry: refused until then.
-    ended: HashMap<String, u64>,
+    ended: HashMap<u128, u64>,
     next_sweep: u64,
 }
 
@@ -200,7 +213,7 @@ impl Sessions {
         let session = {
             let mut live = self.live.lock().map_err(|_| SessionError::Ended)?;
             live.sweep_if_due(t);
-            if live.ended.contains_key(&claims.n) {
+            if nonce_value(&claims.n).is_some_and(|n| live.ended.contains_key(&n)) {
                 return Err(SessionError::Ended);
             }
             live.sessions
@@ -227,18 +240,25 @@ impl Sessions {
     /// nonce is kept, so that the id stays refused until it expires.
     pub fn end(&self, token: &str) -> bool {
         let Ok(session) = self.resolve(token) else { return false };
-        session.ended.store(true, Ordering::SeqCst);
         if let Ok(mut o) = session.outbound.lock() {
+            // Under the streams' lock, so that a GET stream opening now either sees the end
+            // or is closed here (`Session::open_stream`).
+            session.ended.store(true, Ordering::SeqCst);
             o.clear();
+        } else {
+            session.ended.store(true, Ordering::SeqCst);
         }
         if let Ok(mut live) = self.live.lock() {
             live.sessions.remove(&session.key);
-            if live.ended.len() >= self.max_ended {
-                let t = now();
-                live.ended.retain(|_, expires| *expires > t);
-                forget_soonest_expiring(&mut live.ended, self.max_ended);
+            if let Some(nonce) = nonce_value(&session.key) {
+                if live.ended.len() >= self.max_ended {
+                    let t = now();
+                    live.ended.retain(|_, expires| *expires > t);
+                    let forgotten = forget_soonest_expiring(&mut live.ended, self.max_ended - self.max_ended / 10);
+                    metrics::counter!("mcp_ended_sessions_forgotten_total").increment(forgotten as u64);
+                }
+                live.ended.insert(nonce, session.expires);
             }
-            live.ended.insert(session.key.clone(), session.expires);
         }
         true
     }
@@ -269,13 +289,19 @@ impl Sessions {
     }
 }
 
-/// At `cap` ended ids or more, forget the tenth of `cap` that expire first (a tenth at a time,
-/// so that a full set is not walked on every `DELETE`).
-fn forget_soonest_expiring(ended: &mut HashMap<String, u64>, cap: usize) {
-    if ended.len() < cap {
-        return;
+/// The 16 random bytes a session's nonce spells in hex (the form `Sessions::create` gives it).
+fn nonce_value(nonce: &str) -> Option<u128> {
+    (nonce.len() == 32).then(|| u128::from_str_radix(nonce, 16).ok()).flatten()
+}
+
+/// Forget the ended ids that expire first until at most `keep` are left (the caller trims a
+/// tenth below its cap, so that a full set is not walked on every `DELETE`); returns how many
+/// were forgotten.
+fn forget_soonest_expiring(ended: &mut HashMap<u128, u64>, keep: usize) -> usize {
+    if ended.len() <= keep {
+        return 0;
     }
-    let drop = (ended.len() + 1 - cap).max(cap / 10).min(ended.len());
+    let drop = ended.len() - keep;
     let mut expiries: Vec<u64> = ended.values().copied().collect();
     let (_, &mut threshold, _) = expiries.select_nth_unstable(drop - 1);
     // Every id expiring before the threshold goes, and as many at it as make up `drop`.
@@ -288,6 +314,7 @@ fn forget_soonest_expiring(ended: &mut HashMap<String, u64>, cap: usize) {
         }
         _ => true,
     });
+    drop
 }
 
 /// Server-to-client requests awaiting the client's answer, by JSON-RPC id.
@@ -382,25 +409,53 @@ mod tests {
         let (subscribed, s) = sessions.create("2025-06-18", json!({}));
         s.subscriptions.lock().expect("lock").insert("file:///a".into());
         drop(s);
+        let (streaming, s) = sessions.create("2025-06-18", json!({}));
+        let (tx, _rx) = mpsc::channel(1);
+        assert!(s.open_stream(tx));
+        drop(s);
+        let (stdout, _out) = mpsc::channel(1);
+        let stdio_key = sessions.attach(Arc::new(Session::stdio(stdout)));
         let t = now();
         // Before the idle time, a sweep keeps everything.
         sessions.live.lock().expect("lock").next_sweep = 0;
         sessions.resolve_at(&in_use, t + 1).expect("resolves");
-        assert_eq!(sessions.live.lock().expect("lock").sessions.len(), 4);
+        assert_eq!(sessions.live.lock().expect("lock").sessions.len(), 6);
         // After it, only the plain session is forgotten.
         sessions.live.lock().expect("lock").next_sweep = 0;
         let again = sessions.resolve_at(&with_level, t + IDLE_SECS + 5).expect("resolves");
         assert_eq!(again.log_level().as_deref(), Some("debug"), "kept, with its level");
         {
             let live = sessions.live.lock().expect("lock");
-            assert_eq!(live.sessions.len(), 3);
+            assert_eq!(live.sessions.len(), 5);
             assert!(live.sessions.values().any(|s| Arc::ptr_eq(s, &held)), "a session in use stays");
             assert!(live.sessions.values().any(|s| s.is_subscribed("file:///a")), "a subscription stays");
+            assert!(live.sessions.contains_key(&stdio_key), "a stdio connection stays");
+            let open = |s: &Arc<Session>| s.outbound.lock().is_ok_and(|o| !o.is_empty());
+            assert_eq!(live.sessions.values().filter(|s| open(s)).count(), 2, "the open GET stream stays");
         }
+        drop(_rx);
+        // Once its stream closed, the streaming session is forgotten at the next sweep.
+        sessions.live.lock().expect("lock").next_sweep = 0;
+        sessions.resolve_at(&in_use, t + 2 * IDLE_SECS).expect("resolves");
+        assert_eq!(sessions.live.lock().expect("lock").sessions.len(), 4);
+        assert!(sessions.resolve(&streaming).is_ok(), "and taken up again");
         // The forgotten one comes back from its id, with its revision and capabilities.
         let back = sessions.resolve(&plain).expect("taken up again");
         assert_eq!((back.revision(), back.capabilities()), (Some("2025-06-18"), json!({"roots":{}})));
         assert!(sessions.resolve(&subscribed).is_ok());
+    }
+
+    #[test]
+    fn no_stream_opens_on_an_ended_session() {
+        let sessions = Sessions::new(Sealer::random(), Duration::from_secs(60));
+        let (token, s) = sessions.create("2025-06-18", json!({}));
+        let (before, _rx) = mpsc::channel(1);
+        assert!(s.open_stream(before));
+        assert!(sessions.end(&token));
+        assert!(s.outbound.lock().expect("lock").is_empty(), "ending closes the open streams");
+        let (after, _rx) = mpsc::channel(1);
+        assert!(!s.open_stream(after), "a stream opening after the end is refused");
+        assert!(s.outbound.lock().expect("lock").is_empty());
     }
 
     #[test]

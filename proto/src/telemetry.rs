@@ -130,9 +130,8 @@ pub fn init_metrics() {
 ///
 /// The `metrics` macros build a key (a vector of labels, owned strings among them) and look
 /// it up in the recorder's registry on every call; a service records a few metrics on every
-/// request over a small, bounded set of labels, so it keeps the handles instead. Handles made
-/// before the recorder is installed record nothing: fill one only from code that runs after
-/// [`init`].
+/// request over a small, bounded set of labels, so it keeps the handles instead, once the
+/// recorder is installed ([`init`]; a handle made before records nothing and is not kept).
 pub struct Handles<K, V> {
     map: std::sync::RwLock<std::collections::HashMap<K, V>>,
 }
@@ -154,7 +153,10 @@ impl<K: std::hash::Hash + Eq, V: Clone> Handles<K, V> {
             return v;
         }
         let v = make(&key);
-        if let Ok(mut m) = self.map.write()
+        // Handles made before the recorder is installed are no-ops: those are not kept.
+        let installed = METRICS.get().is_some_and(Option::is_some);
+        if installed
+            && let Ok(mut m) = self.map.write()
             && m.len() < MAX_HANDLES
         {
             m.entry(key).or_insert_with(|| v.clone());
