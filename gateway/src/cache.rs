@@ -105,8 +105,8 @@ impl ResultCache {
         if result.len() > self.budget / 8 {
             return;
         }
-        let result_len = result.len();
-        let size = key.len() + result_len + ENTRY_OVERHEAD;
+        let key_len = key.len();
+        let size = key_len + result.len() + ENTRY_OVERHEAD;
         // Copied before the lock: hits wait for the write lock.
         let result: Box<[u8]> = Box::from(result);
         let Ok(mut entries) = self.entries.write() else { return };
@@ -122,7 +122,7 @@ impl ResultCache {
         };
         entries.bytes += size;
         if let Some(old) = entries.map.insert(key, entry) {
-            entries.bytes -= size - result_len + old.result.len();
+            entries.bytes -= key_len + old.result.len() + ENTRY_OVERHEAD;
         }
     }
 

@@ -46,20 +46,16 @@ fn span_name(method: &http::Method, route: &'static str) -> std::borrow::Cow<'st
     }
 }
 
-/// Record what `/mcp` learned about a request on its span, in one go (one re-formatting of the
-/// span's fields for the JSON logs instead of one per field).
+/// Record what `/mcp` learned about a request on its span.
 pub fn record_mcp(span: &tracing::Span, labels: &McpLabels, caller: Option<&str>) {
-    let Some(fields) = span.metadata().map(tracing::Metadata::fields) else { return };
-    let (Some(method), Some(era), Some(user)) =
-        (fields.field("mcp.method"), fields.field("mcp.era"), fields.field("enduser.id"))
-    else {
-        return;
-    };
-    span.record_all(&fields.value_set(&[
-        (&method, Some(&labels.method as &dyn tracing::Value)),
-        (&era, Some(&labels.era as &dyn tracing::Value)),
-        (&user, caller.as_ref().map(|c| c as &dyn tracing::Value)),
-    ]));
+    mcp_proto::telemetry::record_all(
+        span,
+        [
+            ("mcp.method", Some(&labels.method)),
+            ("mcp.era", Some(&labels.era)),
+            ("enduser.id", caller.as_ref().map(|c| c as &dyn tracing::Value)),
+        ],
+    );
 }
 
 pub async fn observe(req: Request, next: Next) -> Response {

@@ -467,20 +467,16 @@ fn observe(env: &Envelope<'_>, era: Era, outcome: &Result<Answer, Error>, starte
         Ok(_) => "ok",
         Err(_) => "error",
     };
-    let span = tracing::Span::current();
-    // Recorded in one go: with JSON logs each `record` re-writes the span's formatted fields.
-    if let Some(fields) = span.metadata().map(tracing::Metadata::fields)
-        && let (Some(f_method), Some(f_era), Some(f_outcome), Some(f_code)) =
-            (fields.field("mcp.method"), fields.field("mcp.era"), fields.field("outcome"), fields.field("error.code"))
-    {
-        let code = outcome.as_ref().err().map(|e| e.code(Era::Modern).0);
-        span.record_all(&fields.value_set(&[
-            (&f_method, Some(&method as &dyn tracing::Value)),
-            (&f_era, Some(&era as &dyn tracing::Value)),
-            (&f_outcome, Some(&result as &dyn tracing::Value)),
-            (&f_code, code.as_ref().map(|c| c as &dyn tracing::Value)),
-        ]));
-    }
+    let code = outcome.as_ref().err().map(|e| e.code(Era::Modern).0);
+    mcp_proto::telemetry::record_all(
+        &tracing::Span::current(),
+        [
+            ("mcp.method", Some(&method)),
+            ("mcp.era", Some(&era)),
+            ("outcome", Some(&result)),
+            ("error.code", code.as_ref().map(|c| c as &dyn tracing::Value)),
+        ],
+    );
     let (count, duration) = REQUESTS.get((method, era, result), |&(method, era, result)| {
         (
             metrics::counter!("mcp_requests_total", "method" => method, "era" => era, "outcome" => result),

@@ -56,6 +56,20 @@ impl Session {
         self.log_level.lock().ok().and_then(|l| l.clone())
     }
 
+    /// Idle for [`IDLE_SECS`], held by no call or stream, and with nothing of its own that its
+    /// id's claims could not give back: such a session is rebuilt when it is next used.
+    fn forgettable(self: &Arc<Self>, t: u64) -> bool {
+        !self.key.is_empty()
+            && Arc::strong_count(self) == 1
+            && t.saturating_sub(self.last_used.load(Ordering::Relaxed)) >= IDLE_SECS
+            && self.log_level.lock().is_ok_and(|l| l.is_none())
+            && self.subscriptions.lock().is_ok_and(|s| s.is_empty())
+            && self.outbound.lock().is_ok_and(|mut o| {
+                o.retain(|tx| !tx.is_closed());
+                o.is_empty()
+            })
+    }
+
     /// Add a GET stream for server-initiated messages; `false` (and the stream is dropped)
     /// if the session has ended.
     pub fn open_stream(&self, tx: mpsc::Sender<Frame>) -> bool {
@@ -150,22 +164,6 @@ impl Live {
     }
 }
 
-impl Session {
-    /// Idle for [`IDLE_SECS`], held by no call or stream, and with nothing of its own that its
-    /// id's claims could not give back: such a session is rebuilt when it is next used.
-    fn forgettable(self: &Arc<Self>, t: u64) -> bool {
-        !self.key.is_empty()
-            && Arc::strong_count(self) == 1
-            && t.saturating_sub(self.last_used.load(Ordering::Relaxed)) >= IDLE_SECS
-            && self.log_level.lock().is_ok_and(|l| l.is_none())
-            && self.subscriptions.lock().is_ok_and(|s| s.is_empty())
-            && self.outbound.lock().is_ok_and(|mut o| {
-                o.retain(|tx| !tx.is_closed());
-                o.is_empty()
-            })
-    }
-}
-
 impl Sessions {
     pub fn new(sealer: Sealer, ttl: Duration) -> Self {
         Self { sealer, ttl, live: Mutex::default(), max_ended: MAX_ENDED }
@@ -173,9 +171,7 @@ impl Sessions {
 
     /// Start a session after a successful `initialize`; returns its id.
     pub fn create(&self, revision: &'static str, capabilities: Value) -> (String, Arc<Session>) {
-        let mut nonce = [0u8; 16];
-        rand::fill(&mut nonce);
-        let nonce: String = nonce.iter().map(|b| format!("{b:02x}")).collect();
+        let nonce = random_key();
         let t = now();
         let expires = t.saturating_add(self.ttl.as_secs());
         let claims = Claims { r: revision.to_owned(), c: capabilities.clone(), e: expires, n: nonce.clone() };
@@ -240,13 +236,12 @@ impl Sessions {
     /// nonce is kept, so that the id stays refused until it expires.
     pub fn end(&self, token: &str) -> bool {
         let Ok(session) = self.resolve(token) else { return false };
-        if let Ok(mut o) = session.outbound.lock() {
-            // Under the streams' lock, so that a GET stream opening now either sees the end
-            // or is closed here (`Session::open_stream`).
-            session.ended.store(true, Ordering::SeqCst);
+        // Under the streams' lock, so that a GET stream opening now either sees the end or is
+        // closed here (`Session::open_stream`).
+        let streams = session.outbound.lock();
+        session.ended.store(true, Ordering::SeqCst);
+        if let Ok(mut o) = streams {
             o.clear();
-        } else {
-            session.ended.store(true, Ordering::SeqCst);
         }
         if let Ok(mut live) = self.live.lock() {
             live.sessions.remove(&session.key);
@@ -265,9 +260,7 @@ impl Sessions {
 
     /// Register a session that has no token (a stdio connection); returns its key.
     pub fn attach(&self, session: Arc<Session>) -> String {
-        let mut key = [0u8; 16];
-        rand::fill(&mut key);
-        let key: String = key.iter().map(|b| format!("{b:02x}")).collect();
+        let key = random_key();
         if let Ok(mut live) = self.live.lock() {
             live.sessions.insert(key.clone(), session);
         }
@@ -289,7 +282,14 @@ impl Sessions {
     }
 }
 
-/// The 16 random bytes a session's nonce spells in hex (the form `Sessions::create` gives it).
+/// 16 random bytes in hex: a session's nonce, or a stdio connection's key.
+fn random_key() -> String {
+    let mut bytes = [0u8; 16];
+    rand::fill(&mut bytes);
+    format!("{:032x}", u128::from_be_bytes(bytes))
+}
+
+/// The 16 random bytes a nonce spells in hex ([`random_key`]'s form).
 fn nonce_value(nonce: &str) -> Option<u128> {
     (nonce.len() == 32).then(|| u128::from_str_radix(nonce, 16).ok()).flatten()
 }

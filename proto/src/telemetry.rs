@@ -126,6 +126,17 @@ pub fn init_metrics() {
     });
 }
 
+/// Record `values` on `span` in one go (with JSON logs each `record` re-writes the span's
+/// formatted fields, so a request's fields are set together); nothing is recorded unless the
+/// span has every named field.
+pub fn record_all<const N: usize>(span: &tracing::Span, values: [(&str, Option<&dyn tracing::Value>); N]) {
+    let Some(fields) = span.metadata().map(tracing::Metadata::fields) else { return };
+    let Some(named) = values.iter().map(|(name, _)| fields.field(name)).collect::<Option<Vec<_>>>() else { return };
+    let set: [(&tracing::field::Field, Option<&dyn tracing::Value>); N] =
+        std::array::from_fn(|i| (&named[i], values[i].1));
+    span.record_all(&fields.value_set(&set));
+}
+
 /// Metric handles by label set, each registered with the recorder once.
 ///
 /// The `metrics` macros build a key (a vector of labels, owned strings among them) and look
