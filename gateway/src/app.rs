@@ -281,13 +281,19 @@ async fn mcp_post(
     };
     let labels = crate::observe::McpLabels { method, era: if era == Era::Modern { "modern" } else { "legacy" } };
     crate::observe::record_mcp(&tracing::Span::current(), &labels, principal.as_ref().map(|p| p.subject.as_str()));
-    if let (Some(key), Some(id)) = (&cache_key, &id)
-        && let Some(reply) = gw.cache.reply(key, id)
-    {
-        cache_outcome("hit").increment(1);
-        let mut resp = forward::json_response(StatusCode::OK, reply);
-        resp.extensions_mut().insert(labels);
-        return resp;
+    // A fresh result is the answer; a named one is sent back for mcp-service to confirm.
+    let mut named = None;
+    if let (Some(key), Some(id)) = (&cache_key, &id) {
+        match gw.cache.held(key) {
+            Some(crate::cache::Held::Fresh(result)) => {
+                cache_outcome("hit").increment(1);
+                let mut resp = forward::json_response(StatusCode::OK, crate::cache::reply_body(id, result));
+                resp.extensions_mut().insert(labels);
+                return resp;
+            }
+            Some(crate::cache::Held::Named { tag, result }) => named = Some((tag, result)),
+            None => {}
+        }
     }
     let request = pb::McpRequest {
         body: body.clone(),
@@ -299,13 +305,33 @@ async fn mcp_post(
         request_id: header_str(&headers, "x-request-id"),
         accepts_stream: accepts.stream,
         param_headers: param_headers(&headers),
+        if_tag: named.as_ref().map(|(tag, _)| tag.clone()).unwrap_or_default(),
     };
     let mut resp = forward::forward(gw.mcp.clone(), request, accepts, id.clone()).await;
     resp = gw.limits.hold_stream(stream, resp);
     if let (Some(key), Some(id)) = (cache_key, &id) {
-        cache_outcome("miss").increment(1);
-        if let Some(reusable) = resp.extensions_mut().remove::<crate::cache::Reusable>() {
-            gw.cache.keep(key, id, &reusable);
+        match (resp.extensions_mut().remove::<crate::cache::Reusable>(), named) {
+            (Some(reusable), Some((tag, result))) if reusable.unchanged && reusable.tag == tag => {
+                // The result held stands: it is the answer.
+                cache_outcome("confirmed").increment(1);
+                gw.cache.renew(&key, &reusable);
+                *resp.body_mut() = crate::cache::reply_body(id, result);
+            }
+            (Some(reusable), _) if reusable.unchanged => {
+                tracing::warn!("mcp-service confirmed a result this request did not hold");
+                resp = rpc_error(
+                    StatusCode::BAD_GATEWAY,
+                    Some(id),
+                    ErrorCode::INTERNAL_ERROR,
+                    "Internal error: upstream answered without a result",
+                );
+            }
+            (reusable, _) => {
+                cache_outcome("miss").increment(1);
+                if let Some(reusable) = reusable {
+                    gw.cache.keep(key, id, &reusable);
+                }
+            }
         }
     }
     if let (Some(auth), Some(forward::RequiredScopes(scopes))) =

@@ -8,10 +8,20 @@
 //! it changes, and every entry from an older catalog is dropped. Without that stream (not yet
 //! connected, or broken) nothing is reused. Errors are never kept, and the caller is
 //! authenticated, rate limited and its headers checked before the cache is asked.
+//!
+//! A result mcp-service names (`CacheHint.tag`: a `resources/read` of contents the registry
+//! names by their digest) is kept past its `ttlMs` too. The next request for it still goes to
+//! mcp-service, with the name (`McpRequest.if_tag`): mcp-service checks the request as any
+//! other, asks the registry whether the contents still have that name, and if so answers
+//! `unchanged` without them. The gateway then answers with the result it holds. A megabyte
+//! read then crosses neither hop again, and is never older than the registry's file.
 
 use std::collections::HashMap;
+use std::convert::Infallible;
+use std::pin::Pin;
 use std::sync::RwLock;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -28,15 +38,30 @@ const CACHEABLE: [&str; 6] =
 pub struct Reusable {
     pub ttl_ms: u64,
     pub fingerprint: u64,
+    /// The result's name (empty: unnamed).
+    pub tag: String,
+    /// The result named `tag` stands; `json` is empty.
+    pub unchanged: bool,
     pub json: Bytes,
+}
+
+/// What the cache holds for a request.
+#[derive(Debug)]
+pub enum Held {
+    /// A result within its `ttlMs`: the answer.
+    Fresh(Bytes),
+    /// A named result past its `ttlMs`: the answer if mcp-service says it still stands.
+    Named { tag: String, result: Bytes },
 }
 
 struct Entry {
     fingerprint: u64,
     expires: Instant,
+    /// Empty when the result has no name (it is of no use past `expires`).
+    tag: String,
     /// The `result` value, serialized: a copy of its own, so that keeping it does not keep
     /// the whole gRPC buffer the reply arrived in.
-    result: Box<[u8]>,
+    result: Bytes,
 }
 
 /// What an entry costs beyond its key and result: the map's slot, the entry, and the two
@@ -77,27 +102,38 @@ impl ResultCache {
         Some(key.into_boxed_slice())
     }
 
-    /// The reply to request `id` (raw JSON) from a kept result, if there is a fresh one from
-    /// the current catalog.
-    pub fn reply(&self, key: &[u8], id: &str) -> Option<Vec<u8>> {
+    /// The result kept for `key` from the current catalog, if any is of use.
+    pub fn held(&self, key: &[u8]) -> Option<Held> {
         let current = self.fingerprint.load(Ordering::Acquire);
         if current == 0 {
             return None;
         }
         let entries = self.entries.read().ok()?;
-        let entry = entries.map.get(key).filter(|e| e.fingerprint == current && e.expires > Instant::now())?;
-        let mut out = Vec::with_capacity(entry.result.len() + id.len() + 32);
-        out.extend_from_slice(br#"{"jsonrpc":"2.0","id":"#);
-        out.extend_from_slice(id.as_bytes());
-        out.extend_from_slice(br#","result":"#);
-        out.extend_from_slice(&entry.result);
-        out.push(b'}');
-        Some(out)
+        let entry = entries.map.get(key).filter(|e| e.fingerprint == current)?;
+        if entry.expires > Instant::now() {
+            Some(Held::Fresh(entry.result.clone()))
+        } else if !entry.tag.is_empty() {
+            Some(Held::Named { tag: entry.tag.clone(), result: entry.result.clone() })
+        } else {
+            None
+        }
+    }
+
+    /// mcp-service said the result named `reply.tag` stands: reuse it for its `ttlMs` again.
+    pub fn renew(&self, key: &[u8], reply: &Reusable) {
+        if reply.ttl_ms == 0 {
+            return;
+        }
+        if let Ok(mut entries) = self.entries.write()
+            && let Some(entry) = entries.map.get_mut(key).filter(|e| e.tag == reply.tag)
+        {
+            entry.expires = Instant::now() + Duration::from_millis(reply.ttl_ms);
+        }
     }
 
     /// Keep the result of `reply` (the whole JSON-RPC reply to request `id`).
     pub fn keep(&self, key: Box<[u8]>, id: &str, reply: &Reusable) {
-        if reply.fingerprint == 0 || reply.fingerprint != self.fingerprint.load(Ordering::Acquire) {
+        if reply.fingerprint == 0 || reply.fingerprint != self.fingerprint.load(Ordering::Acquire) || reply.unchanged {
             return;
         }
         let Some(result) = result_of(&reply.json, id) else { return };
@@ -106,9 +142,9 @@ impl ResultCache {
             return;
         }
         let key_len = key.len();
-        let size = key_len + result.len() + ENTRY_OVERHEAD;
+        let size = key_len + result.len() + reply.tag.len() + ENTRY_OVERHEAD;
         // Copied before the lock: hits wait for the write lock.
-        let result: Box<[u8]> = Box::from(result);
+        let result = Bytes::copy_from_slice(result);
         let Ok(mut entries) = self.entries.write() else { return };
         if entries.bytes + size > self.budget {
             // Full: start over (entries are cheap to make again, and this keeps no order).
@@ -118,11 +154,12 @@ impl ResultCache {
         let entry = Entry {
             fingerprint: reply.fingerprint,
             expires: Instant::now() + Duration::from_millis(reply.ttl_ms),
+            tag: reply.tag.clone(),
             result,
         };
         entries.bytes += size;
         if let Some(old) = entries.map.insert(key, entry) {
-            entries.bytes -= key_len + old.result.len() + ENTRY_OVERHEAD;
+            entries.bytes -= key_len + old.result.len() + old.tag.len() + ENTRY_OVERHEAD;
         }
     }
 
@@ -171,6 +208,65 @@ impl ResultCache {
     }
 }
 
+/// Results from this size on are sent from the kept bytes rather than copied into one reply.
+const SPLICE_FROM: usize = 32 * 1024;
+
+/// The body of the reply to request `id` (raw JSON) carrying a kept `result`.
+pub fn reply_body(id: &str, result: Bytes) -> axum::body::Body {
+    let [head, result, tail] = reply_parts(id, result);
+    if result.len() < SPLICE_FROM {
+        let mut out = Vec::with_capacity(head.len() + result.len() + tail.len());
+        out.extend_from_slice(&head);
+        out.extend_from_slice(&result);
+        out.extend_from_slice(&tail);
+        return axum::body::Body::from(out);
+    }
+    axum::body::Body::new(Pieces { parts: [head, result, tail], next: 0 })
+}
+
+/// The reply to request `id` in three pieces: what comes before the result, the result, and
+/// what comes after it.
+fn reply_parts(id: &str, result: Bytes) -> [Bytes; 3] {
+    let mut head = Vec::with_capacity(id.len() + 32);
+    head.extend_from_slice(br#"{"jsonrpc":"2.0","id":"#);
+    head.extend_from_slice(id.as_bytes());
+    head.extend_from_slice(br#","result":"#);
+    [head.into(), result, Bytes::from_static(b"}")]
+}
+
+/// A body sent as the pieces it is made of, its length known (a `Content-Length` reply).
+struct Pieces {
+    parts: [Bytes; 3],
+    next: usize,
+}
+
+impl http_body::Body for Pieces {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        _cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Bytes>, Infallible>>> {
+        let this = self.get_mut();
+        while let Some(part) = this.parts.get_mut(this.next) {
+            this.next += 1;
+            if !part.is_empty() {
+                return Poll::Ready(Some(Ok(http_body::Frame::data(std::mem::take(part)))));
+            }
+        }
+        Poll::Ready(None)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.parts.iter().all(Bytes::is_empty)
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        http_body::SizeHint::with_exact(self.parts.iter().map(|p| p.len() as u64).sum())
+    }
+}
+
 /// The `result` member of a reply serialized as `mcp_proto::jsonrpc::result` writes it.
 fn result_of<'a>(reply: &'a [u8], id: &str) -> Option<&'a [u8]> {
     let prefix_len = br#"{"jsonrpc":"2.0","id":"#.len() + id.len() + br#","result":"#.len();
@@ -187,7 +283,21 @@ mod tests {
     use super::*;
 
     fn reusable(json: &str, fingerprint: u64) -> Reusable {
-        Reusable { ttl_ms: 60_000, fingerprint, json: Bytes::copy_from_slice(json.as_bytes()) }
+        Reusable {
+            ttl_ms: 60_000,
+            fingerprint,
+            tag: String::new(),
+            unchanged: false,
+            json: Bytes::copy_from_slice(json.as_bytes()),
+        }
+    }
+
+    /// The reply to `id` from a result held fresh for `key`.
+    fn fresh(cache: &ResultCache, key: &[u8], id: &str) -> Option<Vec<u8>> {
+        match cache.held(key)? {
+            Held::Fresh(result) => Some(reply_parts(id, result).concat()),
+            Held::Named { .. } => None,
+        }
     }
 
     #[test]
@@ -197,11 +307,11 @@ mod tests {
         let key = cache.key("tools/list", Some("2026-07-28"), Some(r#"{"_meta":{}}"#)).expect("a key");
         cache.keep(key.clone(), "1", &reusable(r#"{"jsonrpc":"2.0","id":1,"result":{"tools":[]}}"#, 7));
         assert_eq!(
-            cache.reply(&key, r#""x""#).expect("a kept reply"),
+            fresh(&cache, &key, r#""x""#).expect("a kept reply"),
             br#"{"jsonrpc":"2.0","id":"x","result":{"tools":[]}}"#.to_vec()
         );
         cache.serving(8);
-        assert!(cache.reply(&key, "2").is_none());
+        assert!(fresh(&cache, &key, "2").is_none());
     }
 
     #[test]
@@ -209,12 +319,12 @@ mod tests {
         let cache = ResultCache::new(1 << 20);
         let key = cache.key("tools/list", None, None).expect("a key");
         cache.keep(key.clone(), "1", &reusable(r#"{"jsonrpc":"2.0","id":1,"result":{}}"#, 7));
-        assert!(cache.reply(&key, "1").is_none(), "no catalog known yet");
+        assert!(fresh(&cache, &key, "1").is_none(), "no catalog known yet");
         cache.serving(7);
         cache.keep(key.clone(), "1", &reusable(r#"{"jsonrpc":"2.0","id":1,"result":{}}"#, 6));
-        assert!(cache.reply(&key, "1").is_none(), "made from an older catalog");
+        assert!(fresh(&cache, &key, "1").is_none(), "made from an older catalog");
         cache.keep(key.clone(), "2", &reusable(r#"{"jsonrpc":"2.0","id":1,"result":{}}"#, 7));
-        assert!(cache.reply(&key, "1").is_none(), "the reply is to another id");
+        assert!(fresh(&cache, &key, "1").is_none(), "the reply is to another id");
     }
 
     #[test]
@@ -233,7 +343,7 @@ mod tests {
         let big = format!(r#"{{"jsonrpc":"2.0","id":1,"result":"{}"}}"#, "a".repeat(200));
         let key = cache.key("tools/list", None, Some("{}")).expect("a key");
         cache.keep(key.clone(), "1", &reusable(&big, 1));
-        assert!(cache.reply(&key, "1").is_none(), "larger than an eighth of the budget");
+        assert!(fresh(&cache, &key, "1").is_none(), "larger than an eighth of the budget");
         for i in 0..40 {
             let key = cache.key("tools/list", None, Some(&format!(r#"{{"cursor":"{i}"}}"#))).expect("a key");
             cache.keep(key, "1", &reusable(r#"{"jsonrpc":"2.0","id":1,"result":{"tools":[]}}"#, 1));
@@ -252,6 +362,65 @@ mod tests {
         let kept = entries.map.get(&key).expect("kept").result.as_ptr_range();
         let buffer = reply.json.as_ptr_range();
         assert!(kept.end <= buffer.start || kept.start >= buffer.end, "the result is a copy");
+    }
+
+    #[test]
+    fn a_named_result_is_held_past_its_ttl_for_confirmation() {
+        let cache = ResultCache::new(1 << 20);
+        cache.serving(3);
+        let key = cache.key("resources/read", None, Some(r#"{"uri":"a"}"#)).expect("a key");
+        let json = r#"{"jsonrpc":"2.0","id":1,"result":{"contents":[]}}"#;
+        // Unnamed and at once stale: of no use.
+        cache.keep(key.clone(), "1", &Reusable { ttl_ms: 0, ..reusable(json, 3) });
+        assert!(cache.held(&key).is_none());
+        // Named: held for mcp-service to confirm, under its name.
+        cache.keep(key.clone(), "1", &Reusable { ttl_ms: 0, tag: "t1".into(), ..reusable(json, 3) });
+        match cache.held(&key) {
+            Some(Held::Named { tag, result }) => {
+                assert_eq!(tag, "t1");
+                assert_eq!(&result[..], br#"{"contents":[]}"#);
+            }
+            other => panic!("expected a named result, got {other:?}"),
+        }
+        // Confirmed with a ttl: fresh again; a confirmation of another name changes nothing.
+        let confirmed = |tag: &str| Reusable {
+            ttl_ms: 60_000,
+            tag: tag.into(),
+            unchanged: true,
+            json: Bytes::new(),
+            ..reusable("", 3)
+        };
+        cache.renew(&key, &confirmed("t0"));
+        assert!(matches!(cache.held(&key), Some(Held::Named { .. })));
+        cache.renew(&key, &confirmed("t1"));
+        assert!(matches!(cache.held(&key), Some(Held::Fresh(_))));
+        // A confirmation is never kept as a result; a new catalog drops the named result.
+        let other = cache.key("resources/read", None, Some(r#"{"uri":"b"}"#)).expect("a key");
+        cache.keep(other.clone(), "1", &confirmed("t2"));
+        assert!(cache.held(&other).is_none());
+        cache.serving(4);
+        assert!(cache.held(&key).is_none());
+    }
+
+    #[tokio::test]
+    async fn a_large_result_is_sent_from_the_kept_bytes_with_its_length() {
+        use http_body_util::BodyExt as _;
+        let text = "x".repeat(SPLICE_FROM * 2);
+        let result = Bytes::from(format!(r#"{{"contents":[{{"text":"{text}"}}]}}"#));
+        let body = reply_body(r#""r-1""#, result.clone());
+        let expected = format!(r#"{{"jsonrpc":"2.0","id":"r-1","result":{}}}"#, String::from_utf8_lossy(&result));
+        assert_eq!(http_body::Body::size_hint(&body).exact(), Some(expected.len() as u64));
+        let mut body = body;
+        let mut frames = Vec::new();
+        while let Some(frame) = body.frame().await {
+            frames.push(frame.expect("frame").into_data().expect("data"));
+        }
+        assert_eq!(frames.len(), 3, "head, result, tail");
+        assert_eq!(frames[1].as_ptr(), result.as_ptr(), "the result is not copied");
+        assert_eq!(frames.concat(), expected.as_bytes());
+        // A small result goes out in one piece.
+        let small = reply_body("7", Bytes::from_static(b"{}"));
+        assert_eq!(small.collect().await.expect("body").to_bytes(), &br#"{"jsonrpc":"2.0","id":7,"result":{}}"#[..]);
     }
 
     #[test]

@@ -99,7 +99,7 @@ impl Default for Config {
             max_streams_per_client: 32,
             trusted_proxies: Vec::new(),
             max_header_bytes: 32 * 1024,
-            result_cache_bytes: 4 * 1024 * 1024,
+            result_cache_bytes: 16 * 1024 * 1024,
             service_token: None,
             allow_unauthenticated: false,
         }

@@ -57,6 +57,8 @@ fn final_response(frame: pb::McpFrame) -> Response {
             r.extensions_mut().insert(crate::cache::Reusable {
                 ttl_ms: hint.ttl_ms,
                 fingerprint: hint.catalog_fingerprint,
+                tag: hint.tag,
+                unchanged: hint.unchanged,
                 json: frame.json,
             });
         }
@@ -84,6 +86,23 @@ fn required_scopes(json: &[u8]) -> Vec<String> {
 
 fn sse_event(json: &[u8]) -> Result<Event, Infallible> {
     Ok(Event::default().event("message").data(String::from_utf8_lossy(json)))
+}
+
+/// The final event of a stream. An `unchanged` reply carries no JSON of its own; mcp-service
+/// sends none after interim messages (only reads of named contents are `unchanged`, and they
+/// send nothing before their reply), but if one came it would end the stream with an error.
+fn final_event(frame: &pb::McpFrame, error_id: Option<&str>) -> Result<Event, Infallible> {
+    if frame.cache.as_ref().is_some_and(|c| c.unchanged) {
+        tracing::warn!("mcp-service answered `unchanged` after interim messages");
+        let json = mcp_proto::jsonrpc::error(
+            error_id,
+            ErrorCode::INTERNAL_ERROR,
+            "Internal error: upstream answered without a result",
+            None,
+        );
+        return sse_event(&json);
+    }
+    sse_event(&frame.json)
 }
 
 /// Read a call's stream to its end (the trailers follow the final frame at once). Dropping it
@@ -158,20 +177,18 @@ pub async fn forward(
                     if let Some(frames) = frames {
                         finish(frames).await;
                     }
-                    return Some((sse_event(&frame.json), (None, None)));
+                    return Some((final_event(&frame, error_id.as_deref()), (None, None)));
                 }
                 return Some((sse_event(&frame.json), (None, frames)));
             }
             let mut frames = frames?;
             match frames.message().await {
                 Ok(Some(frame)) => {
-                    let rest = if frame.disposition() == Disposition::Interim {
-                        Some(frames)
-                    } else {
-                        finish(frames).await;
-                        None
-                    };
-                    Some((sse_event(&frame.json), (None, rest)))
+                    if frame.disposition() == Disposition::Interim {
+                        return Some((sse_event(&frame.json), (None, Some(frames))));
+                    }
+                    finish(frames).await;
+                    Some((final_event(&frame, error_id.as_deref()), (None, None)))
                 }
                 Ok(None) => None,
                 Err(status) => {

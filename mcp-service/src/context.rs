@@ -57,6 +57,8 @@ pub struct Context {
     pub accepts_stream: bool,
     /// `Mcp-Param-*` headers: lower-case name without the prefix → raw value.
     pub param_headers: HashMap<String, String>,
+    /// The tag of the result the gateway keeps for this request (`CacheHint.tag`).
+    pub if_tag: Option<String>,
 }
 
 impl Context {

@@ -286,11 +286,28 @@ impl Engine {
         let catalog = self.catalog().await?;
         let result = self.invoke(&req, &catalog).await?.map_tree(|tree| self.wrap_modern(tree, method, ctx, &catalog));
         // A result that is the same for anyone asking the same question of this catalog may be
-        // reused by the gateway for its `ttlMs`.
-        let ttl_ms = result.get("ttlMs").and_then(Value::as_u64).unwrap_or(0);
-        let public = result.get("cacheScope").and_then(Value::as_str) == Some("public");
-        let cache = (public && ttl_ms > 0)
-            .then(|| mcp_proto::mcp::CacheHint { ttl_ms, catalog_fingerprint: catalog.fingerprint });
+        // reused by the gateway: for its `ttlMs`, and after that, when it is named, for as long
+        // as it is still the same (the gateway sends its name back, `Payload::Unchanged` says
+        // it stands).
+        let cache = match &result {
+            Payload::Unchanged { tag } => Some(mcp_proto::mcp::CacheHint {
+                ttl_ms: self.settings.read_ttl_ms,
+                catalog_fingerprint: catalog.fingerprint,
+                tag: tag.clone(),
+                unchanged: true,
+            }),
+            _ => {
+                let ttl_ms = result.get("ttlMs").and_then(Value::as_u64).unwrap_or(0);
+                let public = result.get("cacheScope").and_then(Value::as_str) == Some("public");
+                let tag = result.tag().unwrap_or_default();
+                (public && (ttl_ms > 0 || !tag.is_empty())).then(|| mcp_proto::mcp::CacheHint {
+                    ttl_ms,
+                    catalog_fingerprint: catalog.fingerprint,
+                    tag: tag.to_owned(),
+                    unchanged: false,
+                })
+            }
+        };
         Ok(Answer { result, session_id: None, cache })
     }
 
@@ -335,7 +352,7 @@ impl Engine {
             Method::ToolsCall => tools::call(self, req, catalog).await,
             Method::ResourcesList => resources::list(req, catalog, page),
             Method::ResourceTemplatesList => resources::list_templates(req, catalog, page),
-            Method::ResourcesRead => return resources::read(self, req).await,
+            Method::ResourcesRead => return resources::read(self, req, catalog).await,
             Method::ResourcesSubscribe => subscriptions::subscribe(req, true),
             Method::ResourcesUnsubscribe => subscriptions::subscribe(req, false),
             Method::SubscriptionsListen => subscriptions::listen(self, req, catalog).await,
@@ -364,9 +381,7 @@ impl Engine {
             let ttl =
                 if method == Method::ResourcesRead { self.settings.read_ttl_ms } else { self.settings.list_ttl_ms };
             obj.insert("ttlMs".into(), json!(ttl));
-            // Signed-in callers see only the items their scopes reach: where the catalog has
-            // such items, the answer is the caller's own.
-            let scope = if ctx.principal.is_some() && catalog.scoped(method) { "private" } else { "public" };
+            let scope = if public_answer(ctx, catalog, method) { "public" } else { "private" };
             obj.insert("cacheScope".into(), json!(scope));
         }
         let meta = obj.entry("_meta").or_insert_with(|| json!({}));
@@ -375,6 +390,13 @@ impl Engine {
         }
         result
     }
+}
+
+/// Whether the answer to `method` is the same for anyone who asks (`cacheScope: public`).
+/// Signed-in callers see only the items their scopes reach: where the catalog has such items,
+/// the answer is the caller's own.
+pub(crate) fn public_answer(ctx: &Context, catalog: &CatalogView, method: Method) -> bool {
+    ctx.principal.is_none() || !catalog.scoped(method)
 }
 
 /// A request's result, with what the transport needs besides it.
@@ -398,7 +420,17 @@ impl Answer {
 pub(crate) enum Payload {
     Tree(Value),
     Serialized(Vec<u8>),
-    Spliced { head: Value, member: &'static str, json: bytes::Bytes },
+    /// `tag` names the whole result, when it can be named (`CacheHint.tag`).
+    Spliced {
+        head: Value,
+        member: &'static str,
+        json: bytes::Bytes,
+        tag: Option<String>,
+    },
+    /// The result the gateway keeps under `tag` stands: nothing is sent again.
+    Unchanged {
+        tag: String,
+    },
 }
 
 impl Payload {
@@ -407,7 +439,16 @@ impl Payload {
     fn get(&self, key: &str) -> Option<&Value> {
         match self {
             Payload::Tree(result) | Payload::Spliced { head: result, .. } => result.get(key),
-            Payload::Serialized(_) => None,
+            Payload::Serialized(_) | Payload::Unchanged { .. } => None,
+        }
+    }
+
+    /// The name of the result, if it has one.
+    fn tag(&self) -> Option<&str> {
+        match self {
+            Payload::Spliced { tag, .. } => tag.as_deref(),
+            Payload::Unchanged { tag } => Some(tag),
+            Payload::Tree(_) | Payload::Serialized(_) => None,
         }
     }
 
@@ -415,8 +456,8 @@ impl Payload {
     fn map_tree(self, f: impl FnOnce(Value) -> Value) -> Self {
         match self {
             Payload::Tree(tree) => Payload::Tree(f(tree)),
-            Payload::Spliced { head, member, json } => Payload::Spliced { head: f(head), member, json },
-            serialized @ Payload::Serialized(_) => serialized,
+            Payload::Spliced { head, member, json, tag } => Payload::Spliced { head: f(head), member, json, tag },
+            other @ (Payload::Serialized(_) | Payload::Unchanged { .. }) => other,
         }
     }
 
@@ -425,7 +466,8 @@ impl Payload {
         match self {
             Payload::Tree(result) => mcp_proto::jsonrpc::result(id, result),
             Payload::Serialized(result) => mcp_proto::jsonrpc::result_serialized(id, result),
-            Payload::Spliced { head, member, json } => mcp_proto::jsonrpc::result_spliced(id, head, member, json),
+            Payload::Spliced { head, member, json, .. } => mcp_proto::jsonrpc::result_spliced(id, head, member, json),
+            Payload::Unchanged { .. } => Vec::new(),
         }
     }
 }

@@ -78,7 +78,9 @@ impl McpService for McpGrpc {
         let era = req.era();
         let transport = req.transport();
         // The request is taken apart, not copied.
-        let pb::McpRequest { body, header_version, principal, session_id, accepts_stream, param_headers, .. } = req;
+        let pb::McpRequest {
+            body, header_version, principal, session_id, accepts_stream, param_headers, if_tag, ..
+        } = req;
         let ctx = Context {
             era: match era {
                 pb::Era::Legacy => Some(Era::Legacy),
@@ -92,6 +94,7 @@ impl McpService for McpGrpc {
             session_token: (!session_id.is_empty()).then_some(session_id),
             accepts_stream,
             param_headers,
+            if_tag: (!if_tag.is_empty()).then_some(if_tag),
         };
         let (tx, rx) = mpsc::channel(16);
         let engine = self.engine.clone();

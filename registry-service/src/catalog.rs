@@ -118,6 +118,25 @@ struct KeptFile {
     len: u64,
     modified: SystemTime,
     json: Bytes,
+    /// [`tag_of`] the kept contents, made once when they are kept.
+    tag: String,
+}
+
+/// A resource's serialized `contents`, and the tag that names them (empty when they are not
+/// named: a file that changed within the last [`SETTLED`], or too large to keep).
+#[derive(Debug, Clone)]
+pub struct Contents {
+    pub json: Bytes,
+    pub tag: String,
+}
+
+/// Names serialized contents: a SHA-256 digest of them (the first 128 bits, base64url), the
+/// same on every replica that serves the same contents.
+pub fn tag_of(json: &[u8]) -> String {
+    use base64::Engine as _;
+    use sha2::Digest as _;
+    let digest = sha2::Sha256::digest(json);
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(&digest[..16])
 }
 
 impl Drop for KeptFile {
@@ -133,39 +152,46 @@ impl FileSource {
         Self { path, kept: Arc::default() }
     }
 
-    /// The serialized `contents` array of a read of this file as `uri`.
-    pub fn contents_json(&self, uri: &str, mime: &str) -> Result<Bytes, String> {
+    /// The serialized `contents` array of a read of this file as `uri`, named while kept.
+    pub fn contents_json(&self, uri: &str, mime: &str) -> Result<Contents, String> {
         let meta = std::fs::metadata(&self.path).map_err(|e| format!("cannot read `{}`: {e}", self.path.display()))?;
         let (len, modified) = (meta.len(), meta.modified().ok());
         let kept = modified.and_then(|modified| {
             let kept = self.kept.lock().ok()?;
-            kept.as_ref().filter(|k| k.len == len && k.modified == modified).map(|k| k.json.clone())
+            kept.as_ref()
+                .filter(|k| k.len == len && k.modified == modified)
+                .map(|k| Contents { json: k.json.clone(), tag: k.tag.clone() })
         });
-        if let Some(json) = kept {
+        if let Some(contents) = kept {
             // Shared, not copied: the gRPC answer is written from the kept bytes.
-            return Ok(json);
+            return Ok(contents);
         }
         let item = crate::definitions::file_contents(uri, &self.path, mime)?;
         let json = Bytes::from(serde_json::to_vec(&[item]).map_err(|e| e.to_string())?);
-        self.keep(len, modified.filter(|m| m.elapsed().is_ok_and(|age| age >= SETTLED)), &json);
-        Ok(json)
+        let tag = self.keep(len, modified.filter(|m| m.elapsed().is_ok_and(|age| age >= SETTLED)), &json);
+        Ok(Contents { json, tag })
     }
 
     /// Keep `json` as this file's contents if it has settled (`settled`: its modification time
-    /// then), within the process's budget; what was kept before is given back either way.
-    fn keep(&self, len: u64, settled: Option<SystemTime>, json: &Bytes) {
-        let Ok(mut kept) = self.kept.lock() else { return };
+    /// then), within the process's budget; what was kept before is given back either way. The
+    /// kept contents' tag, or an empty one when nothing is kept (a file that may still be
+    /// changing within its modification time's tick must not be named).
+    fn keep(&self, len: u64, settled: Option<SystemTime>, json: &Bytes) -> String {
+        let Ok(mut kept) = self.kept.lock() else { return String::new() };
         *kept = None;
-        let Some(modified) = settled else { return };
+        let Some(modified) = settled else { return String::new() };
         let fits = json.len() <= KEEP_AT_MOST
             && KEPT_BYTES
                 .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
                     (n + json.len() <= KEEP_IN_ALL).then_some(n + json.len())
                 })
                 .is_ok();
-        if fits {
-            *kept = Some(KeptFile { len, modified, json: json.clone() });
+        if !fits {
+            return String::new();
         }
+        let tag = tag_of(json);
+        *kept = Some(KeptFile { len, modified, json: json.clone(), tag: tag.clone() });
+        tag
     }
 
     /// Whether contents are kept now (for tests).
@@ -393,11 +419,14 @@ impl Resource {
         Ok(Value::Array(vec![item]))
     }
 
-    /// The same, serialized (a file's as kept while it is unchanged).
-    pub fn contents_json(&self) -> Result<Bytes, String> {
+    /// The same, serialized (a file's as kept while it is unchanged), and named.
+    pub fn contents_json(&self) -> Result<Contents, String> {
         match &self.content {
             Content::File(file) => file.contents_json(&self.uri, self.mime_type.as_deref().unwrap_or("text/plain")),
-            _ => serde_json::to_vec(&self.contents()?).map(Bytes::from).map_err(|e| e.to_string()),
+            _ => {
+                let json = serde_json::to_vec(&self.contents()?).map_err(|e| e.to_string())?;
+                Ok(Contents { tag: tag_of(&json), json: json.into() })
+            }
         }
     }
 }
@@ -504,25 +533,47 @@ mod tests {
         let file = FileSource::new(path.clone());
         let read = || file.contents_json("file://a", "text/plain").expect("read");
 
-        // Just written: served, not kept (a second change within its clock tick could hide).
+        // Just written: served, not kept (a second change within its clock tick could hide),
+        // and not named.
         write_aged(&path, "one", Duration::ZERO);
-        assert_eq!(text_of(&read()), "one");
+        let fresh = read();
+        assert_eq!(text_of(&fresh.json), "one");
         assert!(!file.is_kept());
-        // Left alone: kept, and what is kept is what the file holds.
+        assert_eq!(fresh.tag, "");
+        // Left alone: kept, and what is kept is what the file holds, named by its digest.
         write_aged(&path, "one", Duration::from_secs(60));
-        assert_eq!(text_of(&read()), "one");
+        let first = read();
+        assert_eq!(text_of(&first.json), "one");
         assert!(file.is_kept());
-        assert_eq!(text_of(&read()), "one");
-        // Changed, even to the same length: read again.
+        assert_eq!(first.tag, tag_of(&first.json));
+        let again = read();
+        assert_eq!(text_of(&again.json), "one");
+        assert_eq!(again.tag, first.tag);
+        // Changed, even to the same length: read again, under another name.
         write_aged(&path, "two", Duration::from_secs(30));
-        assert_eq!(text_of(&read()), "two");
+        let second = read();
+        assert_eq!(text_of(&second.json), "two");
         assert!(file.is_kept());
-        // Changed just now: read again, and nothing stale stays kept.
+        assert_ne!(second.tag, first.tag);
+        assert_eq!(second.tag, tag_of(&second.json));
+        // Changed just now: read again, and nothing stale stays kept or named.
         write_aged(&path, "three", Duration::ZERO);
-        assert_eq!(text_of(&read()), "three");
+        let third = read();
+        assert_eq!(text_of(&third.json), "three");
         assert!(!file.is_kept());
+        assert_eq!(third.tag, "");
         // Gone: an error, not the kept contents.
         std::fs::remove_file(&path).expect("remove");
         assert!(file.contents_json("file://a", "text/plain").is_err());
+    }
+
+    #[test]
+    fn tags_name_contents() {
+        let a = tag_of(br#"[{"uri":"a","text":"x"}]"#);
+        assert_eq!(a, tag_of(br#"[{"uri":"a","text":"x"}]"#));
+        assert_ne!(a, tag_of(br#"[{"uri":"a","text":"y"}]"#));
+        // 128 bits, base64url without padding: safe in any header or log.
+        assert_eq!(a.len(), 22);
+        assert!(a.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_'));
     }
 }

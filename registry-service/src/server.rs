@@ -266,7 +266,14 @@ impl RegistryService {
         let catalog = self.catalog.current();
         if let Some(resource) = catalog.resource(&req.uri).filter(|r| permits(req.caller.as_ref(), &r.scopes)) {
             let contents = resource.contents_json().map_err(Status::internal)?;
-            return Ok(Response::new(pb::ReadResourceResult { contents_json: contents, input_required: None }));
+            // The caller holds these very contents: they are not sent again.
+            let unchanged = !contents.tag.is_empty() && contents.tag == req.if_tag;
+            return Ok(Response::new(pb::ReadResourceResult {
+                contents_json: if unchanged { Bytes::new() } else { contents.json },
+                input_required: None,
+                tag: contents.tag,
+                unchanged,
+            }));
         }
         let (template, vars) = catalog
             .template_for(&req.uri)
@@ -277,11 +284,11 @@ impl RegistryService {
         match reader(req.uri.clone(), vars, exchange).await.map_err(Status::invalid_argument)? {
             Outcome::Complete(contents) => Ok(Response::new(pb::ReadResourceResult {
                 contents_json: json_bytes(&contents).into(),
-                input_required: None,
+                ..Default::default()
             })),
             Outcome::InputRequired { requests, state } => Ok(Response::new(pb::ReadResourceResult {
-                contents_json: Bytes::new(),
                 input_required: Some(input_required(&requests, &state)),
+                ..Default::default()
             })),
             Outcome::MissingCapabilities(_) => Err(Status::failed_precondition("missing client capabilities")),
         }

@@ -201,7 +201,15 @@ impl Stack {
     /// One process per component, started in dependency order, with the binaries the separate
     /// deployment runs (`gateway-edge`, `mcp-service-remote`: nothing embedded).
     pub async fn microservices() -> Stack {
-        let registry = Proc::start("registry-service", &["--listen", "127.0.0.1:0"], "registry-service").await;
+        Self::microservices_with(&[]).await
+    }
+
+    /// Like [`Stack::microservices`], with extra arguments for registry-service (its
+    /// definitions).
+    pub async fn microservices_with(registry_args: &[&str]) -> Stack {
+        let mut args = vec!["--listen", "127.0.0.1:0"];
+        args.extend_from_slice(registry_args);
+        let registry = Proc::start("registry-service", &args, "registry-service").await;
         let mcp = Proc::start(
             "mcp-service-remote",
             &["--listen", "127.0.0.1:0", "--registry", &registry.url()],

@@ -25,10 +25,25 @@ pub fn list_templates(req: &Request<'_>, catalog: &CatalogView, page_size: usize
 /// `resources/read`. The registry's `contents` go out as it wrote them: checked to be JSON and
 /// a non-empty array, but not parsed into a tree and written again (a large resource would be
 /// copied and escaped twice more).
-pub(crate) async fn read(engine: &Engine, req: &Request<'_>) -> Result<Payload, Error> {
+///
+/// A modern read anyone may be given is named when the registry names its contents
+/// ([`result_tag`]). When the gateway already holds the result under that name and sends it
+/// back, the registry is asked whether its contents still have it: if so, neither the registry
+/// nor this service sends them again, and the answer is [`Payload::Unchanged`].
+pub(crate) async fn read(engine: &Engine, req: &Request<'_>, catalog: &CatalogView) -> Result<Payload, Error> {
     let uri = req.required_str("uri")?;
     let capabilities = serde_json::to_vec(&req.client_capabilities()).unwrap_or_default();
     let not_found = || Error::ResourceNotFound(uri.to_owned());
+    let nameable = req.modern() && crate::dispatch::public_answer(req.ctx, catalog, req.method);
+    let name = |contents_tag: &str| result_tag(catalog.fingerprint, engine.settings.read_ttl_ms, contents_tag);
+    // The contents' tag within the gateway's, when the gateway's still fits this catalog and
+    // these settings.
+    let held = nameable
+        .then(|| {
+            let held = req.ctx.if_tag.as_deref()?;
+            held.strip_prefix(name("").as_str()).filter(|t| !t.is_empty()).map(str::to_owned)
+        })
+        .flatten();
     let ran = input::run(engine, req, uri, &Value::Null, |round| {
         let read = pb::ReadResourceRequest {
             uri: uri.to_owned(),
@@ -36,15 +51,25 @@ pub(crate) async fn read(engine: &Engine, req: &Request<'_>) -> Result<Payload, 
             input_responses_json: round.responses_json(),
             state_json: round.state_json(),
             client_capabilities_json: capabilities.clone(),
+            if_tag: held.clone().unwrap_or_default(),
         };
         let mut registry = engine.registry.clone();
+        let held = held.clone();
         async move {
             let result = registry
                 .read_resource(mcp_proto::trust::outgoing(read))
                 .await
                 .map_err(|s| from_registry(s, not_found))?
                 .into_inner();
-            let contents = result.contents_json;
+            let (contents, tag) = (result.contents_json, result.tag);
+            if result.unchanged {
+                // Only ever an answer to the tag sent.
+                return if held.as_deref() == Some(tag.as_str()) {
+                    Ok(Handled::Complete(Read::Unchanged(tag)))
+                } else {
+                    Err(Error::Internal("registry answered `unchanged` to a read it was not asked to compare".into()))
+                };
+            }
             Handled::from_wire(result.input_required, || {
                 // Never answer a read with empty contents.
                 if !non_empty_array(&contents) {
@@ -52,15 +77,35 @@ pub(crate) async fn read(engine: &Engine, req: &Request<'_>) -> Result<Payload, 
                 }
                 serde_json::from_slice::<serde::de::IgnoredAny>(&contents)
                     .map_err(|e| Error::Internal(format!("registry sent malformed JSON: {e}")))?;
-                Ok(contents)
+                Ok(Read::Contents(contents, tag))
             })
         }
     })
     .await?;
     Ok(match ran {
-        Ran::Complete(contents) => Payload::Spliced { head: json!({}), member: "contents", json: contents },
+        Ran::Complete(Read::Contents(contents, tag)) => Payload::Spliced {
+            head: json!({}),
+            member: "contents",
+            json: contents,
+            tag: (nameable && !tag.is_empty()).then(|| name(&tag)),
+        },
+        Ran::Complete(Read::Unchanged(tag)) => Payload::Unchanged { tag: name(&tag) },
         Ran::InputRequired(result) => Payload::Tree(result),
     })
+}
+
+/// What the registry answered to a read.
+enum Read {
+    /// The `contents` array as JSON, and its tag (empty when unnamed).
+    Contents(bytes::Bytes, String),
+    /// The contents still have this tag.
+    Unchanged(String),
+}
+
+/// The name of a read's whole result: the registry's tag of its contents, with the rest the
+/// result is made of (the catalog's server identity, and the `ttlMs` in force here).
+fn result_tag(catalog_fingerprint: u64, ttl_ms: u64, contents_tag: &str) -> String {
+    format!("{catalog_fingerprint:x}.{ttl_ms}.{contents_tag}")
 }
 
 /// Whether `json` opens an array with something in it (its validity is checked apart).

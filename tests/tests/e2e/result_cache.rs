@@ -1,6 +1,7 @@
 //! The gateway answers modern `cacheScope: public` results again without asking mcp-service,
 //! for their `ttlMs`, and never once the catalog has changed; answers that depend on the
-//! caller are never shared.
+//! caller are never shared. A read of contents the registry names is held past its `ttlMs`
+//! and confirmed by name, and is never older than the file.
 
 use base64::Engine as _;
 use e2e::{MODERN, Proc};
@@ -23,8 +24,13 @@ fn counter(text: &str, name: &str, labels: &str) -> u64 {
 }
 
 async fn hits(gateway: &Proc) -> u64 {
+    outcomes(gateway).await[0]
+}
+
+/// The result cache's hits, misses and confirmations so far.
+async fn outcomes(gateway: &Proc) -> [u64; 3] {
     let text = e2e::metrics(&gateway.url()).await;
-    counter(&text, "gateway_result_cache_total", "outcome=\"hit\"")
+    ["hit", "miss", "confirmed"].map(|o| counter(&text, "gateway_result_cache_total", &format!("outcome=\"{o}\"")))
 }
 
 fn list_headers() -> [(&'static str, &'static str); 2] {
@@ -136,4 +142,97 @@ async fn answers_that_depend_on_the_caller_are_never_shared() {
         assert_eq!(user.result()["cacheScope"], "private");
     }
     assert_eq!(hits(&gw).await, 0);
+}
+
+/// Write `text` to `path`, its modification `age` ago (a file older than two seconds is named by
+/// the registry).
+fn write_aged(path: &std::path::Path, text: &str, age: std::time::Duration) {
+    std::fs::write(path, text).expect("write");
+    let file = std::fs::File::options().write(true).open(path).expect("open");
+    file.set_modified(std::time::SystemTime::now() - age).expect("set mtime");
+}
+
+const DOC: &str = "file:///doc";
+
+fn read_definitions(file: &std::path::Path) -> String {
+    format!(
+        "server: {{ name: reads, version: \"1.0.0\" }}\nresources:\n  - uri: \"{DOC}\"\n    name: doc\n    mime_type: text/plain\n    file: {}\n",
+        serde_json::to_string(file.to_str().expect("utf-8")).expect("json")
+    )
+}
+
+/// Read `DOC` as request `id`, and the text it got (the reply checked whole).
+async fn read_doc(client: &e2e::Client, id: Value) -> String {
+    let mut request = e2e::modern_request(1, "resources/read", json!({"uri": DOC}));
+    request["id"] = id.clone();
+    let headers = [("mcp-protocol-version", MODERN), ("mcp-method", "resources/read"), ("mcp-name", DOC)];
+    let reply = client.post(&request, &headers).await;
+    assert_eq!(reply.status, 200, "{}", reply.text);
+    assert_eq!(reply.json["id"], id);
+    assert_eq!(reply.content_type(), "application/json");
+    let length = reply.headers.get("content-length").and_then(|v| v.to_str().ok()).and_then(|v| v.parse().ok());
+    assert_eq!(length, Some(reply.text.len()), "a reply of known length");
+    let result = reply.result();
+    assert_eq!((result["cacheScope"].as_str(), result["ttlMs"].as_u64()), (Some("public"), Some(0)));
+    assert_eq!(result["resultType"], "complete");
+    assert_eq!(result["contents"][0]["uri"], DOC);
+    result["contents"][0]["text"].as_str().expect("text").to_owned()
+}
+
+/// The gateway at `gateway` serves `file` as `DOC`.
+async fn reads_are_confirmed_and_never_stale(gateway: &Proc, file: &std::path::Path) {
+    let client = e2e::Client::new(&format!("{}/mcp", gateway.url()));
+    let [_, misses, _] = outcomes(gateway).await;
+    // Large enough to be sent from the held bytes rather than copied.
+    let first = "first version\n".repeat(8 * 1024);
+    assert_eq!(read_doc(&client, json!(1)).await, first);
+    assert_eq!(outcomes(gateway).await, [0, misses + 1, 0]);
+
+    // Asked again: mcp-service and the registry confirm the held result without sending it;
+    // the answer carries this request's id.
+    assert_eq!(read_doc(&client, json!("second")).await, first);
+    assert_eq!(read_doc(&client, json!(3)).await, first);
+    assert_eq!(outcomes(gateway).await, [0, misses + 1, 2]);
+
+    // The file changed (the same length, another modification time): the new text at once.
+    let second = "other version\n".repeat(8 * 1024);
+    write_aged(file, &second, std::time::Duration::from_secs(30));
+    assert_eq!(read_doc(&client, json!(4)).await, second);
+    assert_eq!(outcomes(gateway).await, [0, misses + 2, 2]);
+    assert_eq!(read_doc(&client, json!(5)).await, second);
+    assert_eq!(outcomes(gateway).await, [0, misses + 2, 3]);
+
+    // Changed just now: not named (it may change again within its clock tick), read each time.
+    write_aged(file, "third", std::time::Duration::ZERO);
+    assert_eq!(read_doc(&client, json!(6)).await, "third");
+    write_aged(file, "fourth", std::time::Duration::ZERO);
+    assert_eq!(read_doc(&client, json!(7)).await, "fourth");
+    assert_eq!(outcomes(gateway).await, [0, misses + 4, 3]);
+
+    // Legacy reads are answered as ever, and leave the cache alone.
+    let legacy = client.legacy("2025-06-18", 8, "resources/read", json!({"uri": DOC})).await;
+    assert_eq!(legacy.result()["contents"][0]["text"], "fourth");
+    assert!(legacy.result().get("cacheScope").is_none());
+    assert_eq!(outcomes(gateway).await, [0, misses + 4, 3]);
+}
+
+#[tokio::test]
+async fn named_reads_are_confirmed_across_the_services_and_never_stale() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("doc.txt");
+    write_aged(&file, &"first version\n".repeat(8 * 1024), std::time::Duration::from_secs(60));
+    let defs = dir.path().join("defs.yaml");
+    std::fs::write(&defs, read_definitions(&file)).expect("write");
+    let stack = e2e::Stack::microservices_with(&["--definitions", defs.to_str().expect("utf-8")]).await;
+    reads_are_confirmed_and_never_stale(stack.gateway(), &file).await;
+}
+
+#[tokio::test]
+async fn named_reads_are_confirmed_in_one_process_too() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("doc.txt");
+    write_aged(&file, &"first version\n".repeat(8 * 1024), std::time::Duration::from_secs(60));
+    let defs = read_definitions(&file);
+    let served = e2e::Served::in_dir(dir, &defs, &[]).await;
+    reads_are_confirmed_and_never_stale(&served.gateway, &file).await;
 }
