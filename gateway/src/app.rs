@@ -273,8 +273,12 @@ async fn mcp_post(
             {
                 return refusal(r, id.as_deref());
             }
-            if era == Era::Modern && env.kind == envelope::Kind::Request && accepts.json {
-                cache_key = gw.cache.key(env.method.as_ref(), header_version.as_deref(), env.params.map(|p| p.get()));
+            if env.kind == envelope::Kind::Request && accepts.json {
+                let (method, params) = (env.method.as_ref(), env.params.map(|p| p.get()));
+                cache_key = match era {
+                    Era::Modern => gw.cache.key(method, header_version.as_deref(), params),
+                    Era::Legacy => gw.cache.legacy_key(method, header_version.as_deref(), params),
+                };
             }
             (era, id, mcp_proto::vocab::method_label(env.method.as_ref()))
         }

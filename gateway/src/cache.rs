@@ -87,21 +87,19 @@ impl ResultCache {
         Self { fingerprint: AtomicU64::new(0), entries: RwLock::default(), budget }
     }
 
-    /// The key of a request whose answer may be reused, if it is one.
+    /// The key of a modern request whose answer may be reused, if it is one.
     pub fn key(&self, method: &str, header_version: Option<&str>, params: Option<&str>) -> Option<Box<[u8]>> {
         if self.budget == 0 || !CACHEABLE.contains(&method) {
             return None;
         }
-        let (version, params) = (header_version.unwrap_or_default(), params.unwrap_or_default());
-        let mut key = Vec::with_capacity(method.len() + version.len() + params.len() + 2);
-        key.extend_from_slice(method.as_bytes());
-        key.push(0);
-        key.extend_from_slice(version.as_bytes());
-        key.push(0);
-        key.extend_from_slice(params.as_bytes());
-        Some(key.into_boxed_slice())
+        Some(make_key(None, method, header_version, params))
     }
 
+    /// The key of a legacy request whose answer may be confirmed by name: a `resources/read`.
+    /// Each is still checked by mcp-service (its session included) and the registry.
+    pub fn legacy_key(&self, method: &str, header_version: Option<&str>, params: Option<&str>) -> Option<Box<[u8]>> {
+        (self.budget > 0 && method == "resources/read").then(|| make_key(Some(LEGACY), method, header_version, params))
+    }
     /// The result kept for `key` from the current catalog, if any is of use.
     pub fn held(&self, key: &[u8]) -> Option<Held> {
         let current = self.fingerprint.load(Ordering::Acquire);
@@ -206,6 +204,22 @@ impl ResultCache {
             pause = (pause * 2).min(Duration::from_secs(5));
         }
     }
+}
+
+/// What a legacy request's key starts with (a modern key starts with its method's name).
+const LEGACY: u8 = 1;
+
+/// The method, the `MCP-Protocol-Version` header and `params` byte for byte, after `era`.
+fn make_key(era: Option<u8>, method: &str, header_version: Option<&str>, params: Option<&str>) -> Box<[u8]> {
+    let (version, params) = (header_version.unwrap_or_default(), params.unwrap_or_default());
+    let mut key = Vec::with_capacity(method.len() + version.len() + params.len() + 3);
+    key.extend(era);
+    key.extend_from_slice(method.as_bytes());
+    key.push(0);
+    key.extend_from_slice(version.as_bytes());
+    key.push(0);
+    key.extend_from_slice(params.as_bytes());
+    key.into_boxed_slice()
 }
 
 /// Results from this size on are sent from the kept bytes rather than copied into one reply.

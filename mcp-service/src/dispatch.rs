@@ -285,29 +285,7 @@ impl Engine {
         };
         let catalog = self.catalog().await?;
         let result = self.invoke(&req, &catalog).await?.map_tree(|tree| self.wrap_modern(tree, method, ctx, &catalog));
-        // A result that is the same for anyone asking the same question of this catalog may be
-        // reused by the gateway: for its `ttlMs`, and after that, when it is named, for as long
-        // as it is still the same (the gateway sends its name back, `Payload::Unchanged` says
-        // it stands).
-        let cache = match &result {
-            Payload::Unchanged { tag } => Some(mcp_proto::mcp::CacheHint {
-                ttl_ms: self.settings.read_ttl_ms,
-                catalog_fingerprint: catalog.fingerprint,
-                tag: tag.clone(),
-                unchanged: true,
-            }),
-            _ => {
-                let ttl_ms = result.get("ttlMs").and_then(Value::as_u64).unwrap_or(0);
-                let public = result.get("cacheScope").and_then(Value::as_str) == Some("public");
-                let tag = result.tag().unwrap_or_default();
-                (public && (ttl_ms > 0 || !tag.is_empty())).then(|| mcp_proto::mcp::CacheHint {
-                    ttl_ms,
-                    catalog_fingerprint: catalog.fingerprint,
-                    tag: tag.to_owned(),
-                    unchanged: false,
-                })
-            }
-        };
+        let cache = cache_hint(&result, Era::Modern, catalog.fingerprint, self.settings.read_ttl_ms);
         Ok(Answer { result, session_id: None, cache })
     }
 
@@ -324,6 +302,10 @@ impl Engine {
             return Ok(Answer { result: Payload::Serialized(page?), session_id: None, cache: None });
         }
         let result = self.invoke(&req, &catalog).await?;
+        if let Some(cache) = cache_hint(&result, Era::Legacy, catalog.fingerprint, 0) {
+            // A named read, or the confirmation of one.
+            return Ok(Answer { result, session_id: None, cache: Some(cache) });
+        }
         if method == Method::Discover {
             // `server/discover` answers the same in both eras, so clients can probe with it.
             return Ok(Answer::plain(result.map_tree(|tree| self.wrap_modern(tree, method, ctx, &catalog))));
@@ -389,6 +371,31 @@ impl Engine {
             m.insert(meta::SERVER_INFO.into(), catalog.server_info.clone());
         }
         result
+    }
+}
+
+/// What the gateway may do with `result` (of catalog `fingerprint`). A modern result that is
+/// the same for anyone asking the same question of this catalog may be reused for its `ttlMs`
+/// (`read_ttl_ms` for a read's confirmation). A named result (a read of contents the registry
+/// names, in either era) may be kept after that and sent back by name: `Payload::Unchanged`
+/// says it stands.
+fn cache_hint(result: &Payload, era: Era, fingerprint: u64, read_ttl_ms: u64) -> Option<mcp_proto::mcp::CacheHint> {
+    let hint = |ttl_ms, tag: &str, unchanged| mcp_proto::mcp::CacheHint {
+        ttl_ms,
+        catalog_fingerprint: fingerprint,
+        tag: tag.to_owned(),
+        unchanged,
+    };
+    let tag = result.tag().unwrap_or_default();
+    match (result, era) {
+        (Payload::Unchanged { tag }, Era::Modern) => Some(hint(read_ttl_ms, tag, true)),
+        (Payload::Unchanged { tag }, Era::Legacy) => Some(hint(0, tag, true)),
+        (_, Era::Legacy) => (!tag.is_empty()).then(|| hint(0, tag, false)),
+        (_, Era::Modern) => {
+            let ttl_ms = result.get("ttlMs").and_then(Value::as_u64).unwrap_or(0);
+            let public = result.get("cacheScope").and_then(Value::as_str) == Some("public");
+            (public && (ttl_ms > 0 || !tag.is_empty())).then(|| hint(ttl_ms, tag, false))
+        }
     }
 }
 

@@ -26,16 +26,20 @@ pub fn list_templates(req: &Request<'_>, catalog: &CatalogView, page_size: usize
 /// a non-empty array, but not parsed into a tree and written again (a large resource would be
 /// copied and escaped twice more).
 ///
-/// A modern read anyone may be given is named when the registry names its contents
-/// ([`result_tag`]). When the gateway already holds the result under that name and sends it
-/// back, the registry is asked whether its contents still have it: if so, neither the registry
-/// nor this service sends them again, and the answer is [`Payload::Unchanged`].
+/// A read anyone may be given is named when the registry names its contents ([`result_tag`]).
+/// When the gateway already holds the result under that name and sends it back, the registry
+/// is asked whether its contents still have it: if so, neither the registry nor this service
+/// sends them again, and the answer is [`Payload::Unchanged`]. The request itself is checked
+/// as any other (a legacy one's session included), and so is the caller's access by the
+/// registry.
 pub(crate) async fn read(engine: &Engine, req: &Request<'_>, catalog: &CatalogView) -> Result<Payload, Error> {
     let uri = req.required_str("uri")?;
     let capabilities = serde_json::to_vec(&req.client_capabilities()).unwrap_or_default();
     let not_found = || Error::ResourceNotFound(uri.to_owned());
-    let nameable = req.modern() && crate::dispatch::public_answer(req.ctx, catalog, req.method);
-    let name = |contents_tag: &str| result_tag(catalog.fingerprint, engine.settings.read_ttl_ms, contents_tag);
+    let nameable = crate::dispatch::public_answer(req.ctx, catalog, req.method);
+    // A legacy result has no `ttlMs` (nor any other modern field).
+    let ttl_ms = req.modern().then_some(engine.settings.read_ttl_ms);
+    let name = |contents_tag: &str| result_tag(catalog.fingerprint, ttl_ms, contents_tag);
     // The contents' tag within the gateway's, when the gateway's still fits this catalog and
     // these settings.
     let held = nameable
@@ -103,9 +107,13 @@ enum Read {
 }
 
 /// The name of a read's whole result: the registry's tag of its contents, with the rest the
-/// result is made of (the catalog's server identity, and the `ttlMs` in force here).
-fn result_tag(catalog_fingerprint: u64, ttl_ms: u64, contents_tag: &str) -> String {
-    format!("{catalog_fingerprint:x}.{ttl_ms}.{contents_tag}")
+/// result is made of (the catalog's server identity, and for a modern result the `ttlMs` in
+/// force here; a legacy result is named apart).
+fn result_tag(catalog_fingerprint: u64, ttl_ms: Option<u64>, contents_tag: &str) -> String {
+    match ttl_ms {
+        Some(ttl_ms) => format!("{catalog_fingerprint:x}.{ttl_ms}.{contents_tag}"),
+        None => format!("{catalog_fingerprint:x}.legacy.{contents_tag}"),
+    }
 }
 
 /// Whether `json` opens an array with something in it (its validity is checked apart).

@@ -96,8 +96,17 @@ fn sha256(token: &str) -> String {
 async fn answers_that_depend_on_the_caller_are_never_shared() {
     let dir = tempfile::tempdir().expect("tempdir");
     let defs = dir.path().join("defs.yaml");
-    std::fs::write(&defs, "server: { name: scoped }\ntools:\n  - { name: hello, text: hi }\n  - { name: purge, text: gone, scopes: [admin] }\n")
-        .expect("write");
+    let doc = dir.path().join("doc.txt");
+    write_aged(&doc, "for administrators", std::time::Duration::from_secs(60));
+    std::fs::write(
+        &defs,
+        format!(
+            "server: {{ name: scoped }}\ntools:\n  - {{ name: hello, text: hi }}\n  - {{ name: purge, text: gone, scopes: [admin] }}\n\
+             resources:\n  - {{ uri: \"{DOC}\", name: doc, file: {}, scopes: [admin] }}\n",
+            serde_json::to_string(doc.to_str().expect("utf-8")).expect("json")
+        ),
+    )
+    .expect("write");
     let config = dir.path().join("gateway.toml");
     std::fs::write(
         &config,
@@ -142,6 +151,30 @@ async fn answers_that_depend_on_the_caller_are_never_shared() {
         assert_eq!(user.result()["cacheScope"], "private");
     }
     assert_eq!(hits(&gw).await, 0);
+
+    // A read only some callers may make is never held: each is read whole, and refused to
+    // a caller without the scope although another one just read it.
+    let read = |token: &'static str| {
+        let client = &client;
+        async move {
+            let auth = format!("Bearer {token}");
+            let headers = [
+                ("mcp-protocol-version", MODERN),
+                ("mcp-method", "resources/read"),
+                ("mcp-name", DOC),
+                ("authorization", &auth),
+            ];
+            client.post(&e2e::modern_request(2, "resources/read", json!({"uri": DOC})), &headers).await
+        }
+    };
+    for _ in 0..2 {
+        let admin = read("token-of-the-administrator").await;
+        assert_eq!(admin.result()["contents"][0]["text"], "for administrators");
+        assert_eq!(admin.result()["cacheScope"], "private");
+        let user = read("token-of-an-ordinary-user").await;
+        assert!(user.json.get("result").is_none(), "{}", user.text);
+    }
+    assert_eq!(outcomes(&gw).await[2], 0, "nothing confirmed");
 }
 
 /// Write `text` to `path`, its modification `age` ago (a file older than two seconds is named by
@@ -209,11 +242,42 @@ async fn reads_are_confirmed_and_never_stale(gateway: &Proc, file: &std::path::P
     assert_eq!(read_doc(&client, json!(7)).await, "fourth");
     assert_eq!(outcomes(gateway).await, [0, misses + 4, 3]);
 
-    // Legacy reads are answered as ever, and leave the cache alone.
-    let legacy = client.legacy("2025-06-18", 8, "resources/read", json!({"uri": DOC})).await;
-    assert_eq!(legacy.result()["contents"][0]["text"], "fourth");
-    assert!(legacy.result().get("cacheScope").is_none());
-    assert_eq!(outcomes(gateway).await, [0, misses + 4, 3]);
+    // Legacy reads are named apart (their result has none of the modern fields) and confirmed
+    // the same way, each within its session: an ended session's read is refused although the
+    // result is held.
+    let fifth = "fifth version\n".repeat(8 * 1024);
+    write_aged(file, &fifth, std::time::Duration::from_secs(20));
+    let session = legacy_session(&client).await;
+    for (id, outcome) in [(8, [0, misses + 5, 3]), (9, [0, misses + 5, 4])] {
+        let reply = legacy_read(&client, &session, id).await;
+        assert_eq!(reply.status, 200, "{}", reply.text);
+        assert_eq!(reply.json["id"], id);
+        assert_eq!(reply.result()["contents"][0]["text"], fifth.as_str());
+        assert!(reply.result().get("cacheScope").is_none() && reply.result().get("resultType").is_none());
+        assert_eq!(outcomes(gateway).await, outcome);
+    }
+    let ended = e2e::http().delete(&client.url).header("mcp-session-id", &session).send().await.expect("DELETE");
+    assert_eq!(ended.status(), 204);
+    let refused = legacy_read(&client, &session, 10).await;
+    assert_eq!(refused.status, 404, "{}", refused.text);
+    assert!(refused.json.get("result").is_none());
+    // The modern result was not the legacy one: it is read anew.
+    assert_eq!(read_doc(&client, json!(11)).await, fifth);
+    assert_eq!(outcomes(gateway).await, [0, misses + 7, 4]);
+}
+
+/// A legacy (2025-06-18) session's id.
+async fn legacy_session(client: &e2e::Client) -> String {
+    let init = json!({"jsonrpc":"2.0","id":0,"method":"initialize","params":{
+        "protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"reader","version":"1"}}});
+    let reply = client.post(&init, &[]).await;
+    assert_eq!(reply.status, 200, "{}", reply.text);
+    reply.headers.get("mcp-session-id").expect("a session id").to_str().expect("ASCII").to_owned()
+}
+
+async fn legacy_read(client: &e2e::Client, session: &str, id: i64) -> e2e::Reply {
+    let body = json!({"jsonrpc":"2.0","id":id,"method":"resources/read","params":{"uri": DOC}});
+    client.post(&body, &[("mcp-session-id", session), ("mcp-protocol-version", "2025-06-18")]).await
 }
 
 #[tokio::test]
