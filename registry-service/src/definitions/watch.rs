@@ -23,6 +23,18 @@ fn fingerprint(path: &Path) -> Option<Vec<u8>> {
     std::fs::read(path).ok().map(|bytes| Sha256::digest(bytes).to_vec())
 }
 
+/// Whether an event can mean a changed file. Opening, reading and closing a file unwritten are
+/// not: the watcher's own reads of the files it fingerprints raised such events, so each check
+/// caused the next (every watched file read and hashed several times a second while idle).
+fn may_change(kind: &notify::EventKind) -> bool {
+    use notify::event::{AccessKind, AccessMode, EventKind};
+    match kind {
+        EventKind::Access(AccessKind::Close(AccessMode::Write)) => true,
+        EventKind::Access(_) => false,
+        _ => true,
+    }
+}
+
 /// The files resources are read from, by URI, with their current fingerprints.
 fn resource_files(catalog: &Catalog) -> HashMap<String, (PathBuf, Option<Vec<u8>>)> {
     catalog
@@ -44,7 +56,7 @@ pub fn spawn(
 ) -> notify::Result<()> {
     let (tx, mut rx) = mpsc::channel::<()>(64);
     let mut watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
-        if event.is_ok() {
+        if event.is_ok_and(|e| may_change(&e.kind)) {
             // A full queue already means "something changed".
             let _ = tx.try_send(());
         }
@@ -116,4 +128,36 @@ pub fn spawn(
         }
     });
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use notify::event::{
+        AccessKind, AccessMode, CreateKind, DataChange, EventKind, ModifyKind, RemoveKind, RenameMode,
+    };
+
+    use super::may_change;
+
+    #[test]
+    fn reads_are_not_changes() {
+        for kind in [
+            EventKind::Access(AccessKind::Open(AccessMode::Any)),
+            EventKind::Access(AccessKind::Read),
+            EventKind::Access(AccessKind::Close(AccessMode::Read)),
+            EventKind::Access(AccessKind::Any),
+        ] {
+            assert!(!may_change(&kind), "{kind:?}");
+        }
+        for kind in [
+            EventKind::Access(AccessKind::Close(AccessMode::Write)),
+            EventKind::Modify(ModifyKind::Data(DataChange::Any)),
+            EventKind::Modify(ModifyKind::Name(RenameMode::To)),
+            EventKind::Create(CreateKind::File),
+            EventKind::Remove(RemoveKind::File),
+            EventKind::Any,
+            EventKind::Other,
+        ] {
+            assert!(may_change(&kind), "{kind:?}");
+        }
+    }
 }
