@@ -64,9 +64,17 @@ struct Entry {
     result: Bytes,
 }
 
-/// What an entry costs beyond its key and result: the map's slot, the entry, and the two
-/// allocations' headers (counted so that many small results stay within the budget too).
-const ENTRY_OVERHEAD: usize = 128;
+/// What an entry costs beyond its key, result and tag: the map's slot (key and entry) with the
+/// map's slack, and the headers of its allocations (key, result, the result's shared count,
+/// tag): counted so that many small results stay within the budget too.
+const ENTRY_OVERHEAD: usize = size_of::<(Box<[u8]>, Entry)>() + 96;
+
+impl Entry {
+    /// What keeping this entry under a key of `key_len` bytes costs.
+    fn cost(&self, key_len: usize) -> usize {
+        key_len + self.result.len() + self.tag.len() + ENTRY_OVERHEAD
+    }
+}
 
 #[derive(Default)]
 struct Entries {
@@ -140,24 +148,35 @@ impl ResultCache {
             return;
         }
         let key_len = key.len();
-        let size = key_len + result.len() + reply.tag.len() + ENTRY_OVERHEAD;
         // Copied before the lock: hits wait for the write lock.
-        let result = Bytes::copy_from_slice(result);
-        let Ok(mut entries) = self.entries.write() else { return };
-        if entries.bytes + size > self.budget {
-            // Full: start over (entries are cheap to make again, and this keeps no order).
-            entries.map.clear();
-            entries.bytes = 0;
-        }
         let entry = Entry {
             fingerprint: reply.fingerprint,
             expires: Instant::now() + Duration::from_millis(reply.ttl_ms),
             tag: reply.tag.clone(),
-            result,
+            result: Bytes::copy_from_slice(result),
         };
+        let size = entry.cost(key_len);
+        let Ok(mut entries) = self.entries.write() else { return };
+        if entries.bytes + size > self.budget {
+            // Full: drop what is of no use any more (past its `ttlMs` and unnamed); if that is
+            // not enough, start over (entries are cheap to make again, and this keeps no order).
+            let now = Instant::now();
+            let Entries { map, bytes } = &mut *entries;
+            map.retain(|key, e| {
+                let useful = e.expires > now || !e.tag.is_empty();
+                if !useful {
+                    *bytes -= e.cost(key.len());
+                }
+                useful
+            });
+            if entries.bytes + size > self.budget {
+                entries.map.clear();
+                entries.bytes = 0;
+            }
+        }
         entries.bytes += size;
         if let Some(old) = entries.map.insert(key, entry) {
-            entries.bytes -= key_len + old.result.len() + old.tag.len() + ENTRY_OVERHEAD;
+            entries.bytes -= old.cost(key_len);
         }
     }
 
@@ -435,6 +454,22 @@ mod tests {
         // A small result goes out in one piece.
         let small = reply_body("7", Bytes::from_static(b"{}"));
         assert_eq!(small.collect().await.expect("body").to_bytes(), &br#"{"jsonrpc":"2.0","id":7,"result":{}}"#[..]);
+    }
+
+    #[test]
+    fn a_full_cache_drops_what_is_of_no_use_first() {
+        let cache = ResultCache::new(4096);
+        cache.serving(1);
+        let named = cache.key("resources/read", None, Some(r#"{"uri":"a"}"#)).expect("a key");
+        let json = r#"{"jsonrpc":"2.0","id":1,"result":{"contents":[]}}"#;
+        cache.keep(named.clone(), "1", &Reusable { ttl_ms: 0, tag: "t".into(), ..reusable(json, 1) });
+        // Stale unnamed entries are dropped to make room; the named one stays.
+        for i in 0..100 {
+            let key = cache.key("tools/list", None, Some(&format!(r#"{{"cursor":"{i}"}}"#))).expect("a key");
+            cache.keep(key, "1", &Reusable { ttl_ms: 0, ..reusable(r#"{"jsonrpc":"2.0","id":1,"result":{}}"#, 1) });
+            assert!(matches!(cache.held(&named), Some(Held::Named { .. })), "after {i}");
+            assert!(cache.entries.read().expect("lock").bytes <= 4096);
+        }
     }
 
     #[test]

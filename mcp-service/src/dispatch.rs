@@ -229,7 +229,8 @@ impl Engine {
                     env.id.map(|_| Frame::new(e.to_json(env.id_json(), Era::Legacy), Disposition::Reply))
                 }
                 Ok(env) => {
-                    let ctx = Context { era: Some(Era::Legacy), ..ctx.clone() };
+                    // A held result's name is for a single request, never a batch's items.
+                    let ctx = Context { era: Some(Era::Legacy), if_tag: None, ..ctx.clone() };
                     Box::pin(self.handle_one(env, &ctx, sink)).await
                 }
             };
@@ -388,8 +389,7 @@ fn cache_hint(result: &Payload, era: Era, fingerprint: u64, read_ttl_ms: u64) ->
     };
     let tag = result.tag().unwrap_or_default();
     match (result, era) {
-        (Payload::Unchanged { tag }, Era::Modern) => Some(hint(read_ttl_ms, tag, true)),
-        (Payload::Unchanged { tag }, Era::Legacy) => Some(hint(0, tag, true)),
+        (Payload::Unchanged { .. }, _) => Some(hint(if era == Era::Modern { read_ttl_ms } else { 0 }, tag, true)),
         (_, Era::Legacy) => (!tag.is_empty()).then(|| hint(0, tag, false)),
         (_, Era::Modern) => {
             let ttl_ms = result.get("ttlMs").and_then(Value::as_u64).unwrap_or(0);
@@ -540,3 +540,40 @@ fn observe(env: &Envelope<'_>, era: Era, outcome: &Result<Answer, Error>, starte
 type RequestHandles =
     mcp_proto::telemetry::Handles<(&'static str, &'static str, &'static str), (metrics::Counter, metrics::Histogram)>;
 static REQUESTS: std::sync::LazyLock<RequestHandles> = std::sync::LazyLock::new(Default::default);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spliced(tag: Option<&str>) -> Payload {
+        Payload::Spliced { head: json!({}), member: "contents", json: bytes::Bytes::new(), tag: tag.map(str::to_owned) }
+    }
+
+    #[test]
+    fn what_the_gateway_may_do_with_a_result() {
+        let hint = |result: &Payload, era| cache_hint(result, era, 9, 250);
+        let summary =
+            |h: Option<mcp_proto::mcp::CacheHint>| h.map(|h| (h.ttl_ms, h.catalog_fingerprint, h.tag, h.unchanged));
+        // Modern: public results with a ttl are reused for it; named ones are confirmed later.
+        let list = Payload::Tree(json!({"tools": [], "ttlMs": 60000, "cacheScope": "public"}));
+        assert_eq!(summary(hint(&list, Era::Modern)), Some((60000, 9, String::new(), false)));
+        let private = Payload::Tree(json!({"tools": [], "ttlMs": 60000, "cacheScope": "private"}));
+        assert_eq!(summary(hint(&private, Era::Modern)), None);
+        let stale = Payload::Tree(json!({"contents": [], "ttlMs": 0, "cacheScope": "public"}));
+        assert_eq!(summary(hint(&stale, Era::Modern)), None, "unnamed and at once stale: of no use");
+        let named = Payload::Spliced {
+            head: json!({"ttlMs": 0, "cacheScope": "public"}),
+            member: "contents",
+            json: bytes::Bytes::new(),
+            tag: Some("n".into()),
+        };
+        assert_eq!(summary(hint(&named, Era::Modern)), Some((0, 9, "n".into(), false)));
+        let unchanged = Payload::Unchanged { tag: "n".into() };
+        assert_eq!(summary(hint(&unchanged, Era::Modern)), Some((250, 9, "n".into(), true)));
+        // Legacy: only named results, never reused without confirmation.
+        assert_eq!(summary(hint(&spliced(Some("l")), Era::Legacy)), Some((0, 9, "l".into(), false)));
+        assert_eq!(summary(hint(&unchanged, Era::Legacy)), Some((0, 9, "n".into(), true)));
+        assert_eq!(summary(hint(&spliced(None), Era::Legacy)), None);
+        assert_eq!(summary(hint(&list, Era::Legacy)), None);
+    }
+}

@@ -194,6 +194,14 @@ impl FileSource {
         tag
     }
 
+    /// Give back the kept contents: the file changed although its length and modification time
+    /// say otherwise (rewritten by a tool that keeps the time, such as `cp -p` or `rsync -t`).
+    pub fn forget(&self) {
+        if let Ok(mut kept) = self.kept.lock() {
+            *kept = None;
+        }
+    }
+
     /// Whether contents are kept now (for tests).
     #[cfg(test)]
     pub fn is_kept(&self) -> bool {
@@ -565,6 +573,25 @@ mod tests {
         // Gone: an error, not the kept contents.
         std::fs::remove_file(&path).expect("remove");
         assert!(file.contents_json("file://a", "text/plain").is_err());
+    }
+
+    #[test]
+    fn forgotten_contents_are_read_again() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("a.txt");
+        let file = FileSource::new(path.clone());
+        write_aged(&path, "one", Duration::from_secs(60));
+        let first = file.contents_json("file://a", "text/plain").expect("read");
+        let modified = std::fs::metadata(&path).and_then(|m| m.modified()).expect("mtime");
+        // Rewritten keeping its length and time: what is kept still looks current...
+        std::fs::write(&path, "two").expect("write");
+        std::fs::File::options().write(true).open(&path).and_then(|f| f.set_modified(modified)).expect("set mtime");
+        assert_eq!(text_of(&file.contents_json("file://a", "text/plain").expect("read").json), "one");
+        // ...until it is forgotten (the watcher does so when the file's digest changes).
+        file.forget();
+        let second = file.contents_json("file://a", "text/plain").expect("read");
+        assert_eq!(text_of(&second.json), "two");
+        assert_ne!(second.tag, first.tag);
     }
 
     #[test]

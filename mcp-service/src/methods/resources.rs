@@ -38,8 +38,9 @@ pub(crate) async fn read(engine: &Engine, req: &Request<'_>, catalog: &CatalogVi
     let not_found = || Error::ResourceNotFound(uri.to_owned());
     let nameable = crate::dispatch::public_answer(req.ctx, catalog, req.method);
     // A legacy result has no `ttlMs` (nor any other modern field).
-    let ttl_ms = req.modern().then_some(engine.settings.read_ttl_ms);
-    let name = |contents_tag: &str| result_tag(catalog.fingerprint, ttl_ms, contents_tag);
+    let form =
+        if req.modern() { Form::Modern { ttl_ms: engine.settings.read_ttl_ms } } else { Form::Legacy(req.revision) };
+    let name = |contents_tag: &str| result_tag(catalog.fingerprint, form, contents_tag);
     // The contents' tag within the gateway's, when the gateway's still fits this catalog and
     // these settings.
     let held = nameable
@@ -106,13 +107,25 @@ enum Read {
     Unchanged(String),
 }
 
+/// How a read's result is written around its contents.
+#[derive(Clone, Copy)]
+enum Form {
+    /// 2026-07-28, with the `ttlMs` in force here.
+    Modern { ttl_ms: u64 },
+    /// A legacy revision's.
+    Legacy(&'static str),
+}
+
+/// Bumped whenever this service writes a read's result differently, so that a gateway holding
+/// results of an older version of it stops having them confirmed.
+const RESULT_FORMAT: u32 = 1;
+
 /// The name of a read's whole result: the registry's tag of its contents, with the rest the
-/// result is made of (the catalog's server identity, and for a modern result the `ttlMs` in
-/// force here; a legacy result is named apart).
-fn result_tag(catalog_fingerprint: u64, ttl_ms: Option<u64>, contents_tag: &str) -> String {
-    match ttl_ms {
-        Some(ttl_ms) => format!("{catalog_fingerprint:x}.{ttl_ms}.{contents_tag}"),
-        None => format!("{catalog_fingerprint:x}.legacy.{contents_tag}"),
+/// result is made of (the catalog's server identity, how the result is written).
+fn result_tag(catalog_fingerprint: u64, form: Form, contents_tag: &str) -> String {
+    match form {
+        Form::Modern { ttl_ms } => format!("{catalog_fingerprint:x}.{RESULT_FORMAT}.{ttl_ms}.{contents_tag}"),
+        Form::Legacy(revision) => format!("{catalog_fingerprint:x}.{RESULT_FORMAT}.{revision}.{contents_tag}"),
     }
 }
 

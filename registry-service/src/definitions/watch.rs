@@ -117,11 +117,16 @@ pub fn spawn(
                 }
                 continue;
             }
+            let catalog = handle.current();
             for (uri, (file, seen)) in files.iter_mut() {
                 let current = fingerprint(file);
                 if current != *seen {
                     *seen = current;
                     tracing::info!(%uri, "resource file changed");
+                    // What was kept of it is not served again, whatever its length and time say.
+                    if let Some(Content::File(source)) = catalog.resource(uri).map(|r| &r.content) {
+                        source.forget();
+                    }
                     handle.resource_updated(uri);
                 }
             }

@@ -175,7 +175,7 @@ pub struct Answer {
 }
 
 /// Check an answer against its request; `Ok` with the JSON-RPC `result` (`Null` for
-/// notifications).
+/// notifications, and for reads: a read's megabyte is checked without making a tree of it).
 pub fn check(call: &Call, answer: &Answer) -> Result<Value, String> {
     if let Expect::Accepted = call.expect {
         return if answer.status.is_success() { Ok(Value::Null) } else { Err(describe(answer, "status")) };

@@ -300,3 +300,63 @@ async fn named_reads_are_confirmed_in_one_process_too() {
     let served = e2e::Served::in_dir(dir, &defs, &[]).await;
     reads_are_confirmed_and_never_stale(&served.gateway, &file).await;
 }
+
+#[tokio::test]
+async fn a_read_ttl_lets_the_gateway_answer_alone_until_it_passes() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("doc.txt");
+    write_aged(&file, "first", std::time::Duration::from_secs(60));
+    let defs = read_definitions(&file);
+    let served = e2e::Served::in_dir(dir, &defs, &[("MCP_SERVICE_READ_TTL_MS", "1500")]).await;
+    let (gw, client) = (&served.gateway, &served.client);
+    let read = |id: i64| async move {
+        let headers = [("mcp-protocol-version", MODERN), ("mcp-method", "resources/read"), ("mcp-name", DOC)];
+        let reply = client.post(&e2e::modern_request(id, "resources/read", json!({"uri": DOC})), &headers).await;
+        assert_eq!(reply.result()["ttlMs"], 1500, "{}", reply.text);
+        reply.result()["contents"][0]["text"].as_str().expect("text").to_owned()
+    };
+    let [hits, misses, confirmed] = outcomes(gw).await;
+    assert_eq!(read(1).await, "first");
+    // Within its ttlMs the result is answered without asking, even once the file changed
+    // (that is what the ttlMs told clients too).
+    assert_eq!(read(2).await, "first");
+    assert_eq!(outcomes(gw).await, [hits + 1, misses + 1, confirmed]);
+    write_aged(&file, "newer", std::time::Duration::from_secs(30));
+    assert_eq!(read(3).await, "first");
+    // Past it: asked again, and the new contents come.
+    tokio::time::sleep(std::time::Duration::from_millis(1600)).await;
+    assert_eq!(read(4).await, "newer");
+    assert_eq!(outcomes(gw).await, [hits + 2, misses + 2, confirmed]);
+    // Past it once more with the file unchanged: confirmed, then answered alone again.
+    tokio::time::sleep(std::time::Duration::from_millis(1600)).await;
+    assert_eq!(read(5).await, "newer");
+    assert_eq!(read(6).await, "newer");
+    assert_eq!(outcomes(gw).await, [hits + 3, misses + 2, confirmed + 1]);
+}
+
+#[tokio::test]
+async fn a_file_rewritten_with_its_old_length_and_time_is_not_confirmed() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("doc.txt");
+    write_aged(&file, "version one", std::time::Duration::from_secs(60));
+    let modified = std::fs::metadata(&file).and_then(|m| m.modified()).expect("mtime");
+    let defs = read_definitions(&file);
+    let served = e2e::Served::in_dir(dir, &defs, &[]).await;
+    let client = &served.client;
+    assert_eq!(read_doc(client, json!(1)).await, "version one");
+    assert_eq!(read_doc(client, json!(2)).await, "version one");
+    assert_eq!(outcomes(&served.gateway).await[2], 1, "confirmed");
+    // As `cp -p` or `rsync -t` would leave it: other contents, the same length and time.
+    std::fs::write(&file, "version two").expect("write");
+    std::fs::File::options().write(true).open(&file).and_then(|f| f.set_modified(modified)).expect("set mtime");
+    // The registry's watcher sees the contents change; within a few seconds reads say so.
+    let mut text = String::new();
+    for i in 0..50 {
+        text = read_doc(client, json!(3 + i)).await;
+        if text == "version two" {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert_eq!(text, "version two");
+}
