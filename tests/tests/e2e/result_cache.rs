@@ -92,6 +92,69 @@ fn sha256(token: &str) -> String {
     base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(sha2::Sha256::digest(token.as_bytes()))
 }
 
+/// `gateway --standalone` serving `defs`, with two API tokens: the administrator's (scopes
+/// `mcp` and `admin`) and an ordinary user's (`mcp`).
+async fn signed_in_gateway(dir: &std::path::Path, defs: &std::path::Path) -> Proc {
+    let config = dir.join("gateway.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "auth = \"token\"\n\
+             [[api_tokens]]\nname = \"admin\"\nsha256 = \"{}\"\nscopes = [\"mcp\", \"admin\"]\n\
+             [[api_tokens]]\nname = \"user\"\nsha256 = \"{}\"\nscopes = [\"mcp\"]\n",
+            sha256("token-of-the-administrator"),
+            sha256("token-of-an-ordinary-user")
+        ),
+    )
+    .expect("write");
+    let args = [
+        "--standalone",
+        "--listen",
+        "127.0.0.1:0",
+        "--config",
+        config.to_str().expect("utf-8"),
+        "--definitions",
+        defs.to_str().expect("utf-8"),
+    ];
+    Proc::start("gateway", &args, "gateway").await
+}
+
+#[tokio::test]
+async fn a_read_anyone_may_make_is_confirmed_across_callers() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("doc.txt");
+    write_aged(&file, "for everyone", std::time::Duration::from_secs(60));
+    let defs = dir.path().join("defs.yaml");
+    std::fs::write(&defs, read_definitions(&file)).expect("write");
+    let gw = signed_in_gateway(dir.path(), &defs).await;
+    let client = e2e::Client::new(&format!("{}/mcp", gw.url()));
+    let read = |token: &'static str, id: i64| {
+        let client = &client;
+        async move {
+            let auth = format!("Bearer {token}");
+            let headers = [
+                ("mcp-protocol-version", MODERN),
+                ("mcp-method", "resources/read"),
+                ("mcp-name", DOC),
+                ("authorization", &auth),
+            ];
+            client.post(&e2e::modern_request(id, "resources/read", json!({"uri": DOC})), &headers).await
+        }
+    };
+    for (token, id) in [("token-of-the-administrator", 1), ("token-of-an-ordinary-user", 2), ("wrong", 3)] {
+        let reply = read(token, id).await;
+        if token == "wrong" {
+            // The held result is not asked for before the caller is known.
+            assert_eq!(reply.status, 401, "{}", reply.text);
+            continue;
+        }
+        assert_eq!(reply.json["id"], id);
+        assert_eq!(reply.result()["cacheScope"], "public");
+        assert_eq!(reply.result()["contents"][0]["text"], "for everyone");
+    }
+    assert_eq!(outcomes(&gw).await, [0, 1, 1]);
+}
+
 #[tokio::test]
 async fn answers_that_depend_on_the_caller_are_never_shared() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -107,32 +170,7 @@ async fn answers_that_depend_on_the_caller_are_never_shared() {
         ),
     )
     .expect("write");
-    let config = dir.path().join("gateway.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "auth = \"token\"\n\
-             [[api_tokens]]\nname = \"admin\"\nsha256 = \"{}\"\nscopes = [\"mcp\", \"admin\"]\n\
-             [[api_tokens]]\nname = \"user\"\nsha256 = \"{}\"\nscopes = [\"mcp\"]\n",
-            sha256("token-of-the-administrator"),
-            sha256("token-of-an-ordinary-user")
-        ),
-    )
-    .expect("write");
-    let gw = Proc::start(
-        "gateway",
-        &[
-            "--standalone",
-            "--listen",
-            "127.0.0.1:0",
-            "--config",
-            config.to_str().expect("utf-8"),
-            "--definitions",
-            defs.to_str().expect("utf-8"),
-        ],
-        "gateway",
-    )
-    .await;
+    let gw = signed_in_gateway(dir.path(), &defs).await;
     let client = e2e::Client::new(&format!("{}/mcp", gw.url()));
     let list = |token: &'static str| {
         let client = &client;
