@@ -313,3 +313,60 @@ impl RegistryService {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::catalog::{Content, Resource, tag_of};
+
+    fn registry() -> RegistryService {
+        let resource = Resource {
+            uri: "doc://secret".into(),
+            def: serde_json::json!({"uri": "doc://secret", "name": "secret"}),
+            scopes: vec!["admin".into()],
+            mime_type: Some("text/plain".into()),
+            content: Content::Text("for administrators".into()),
+        };
+        let catalog = Catalog {
+            version: 1,
+            server_info: serde_json::json!({"name": "t", "version": "1"}),
+            instructions: String::new(),
+            tools: vec![],
+            resources: vec![resource],
+            templates: vec![],
+            prompts: vec![],
+            live: false,
+        };
+        RegistryService::new(CatalogHandle::new(Arc::new(catalog)))
+    }
+
+    async fn read(registry: &RegistryService, scopes: &[&str], if_tag: &str) -> Result<pb::ReadResourceResult, Status> {
+        let caller = pb::Caller { subject: "s".into(), scopes: scopes.iter().map(|s| (*s).to_owned()).collect() };
+        let request = pb::ReadResourceRequest {
+            uri: "doc://secret".into(),
+            caller: Some(caller),
+            if_tag: if_tag.into(),
+            ..Default::default()
+        };
+        registry.read_resource(Request::new(request)).await.map(Response::into_inner)
+    }
+
+    #[tokio::test]
+    async fn a_tag_is_compared_only_for_a_caller_who_may_read() {
+        let registry = registry();
+        let full = read(&registry, &["admin"], "").await.expect("read");
+        assert!(!full.unchanged);
+        assert_eq!(full.tag, tag_of(&full.contents_json));
+        // The right tag: unchanged, nothing sent again.
+        let again = read(&registry, &["admin"], &full.tag).await.expect("read");
+        assert!(again.unchanged && again.contents_json.is_empty());
+        assert_eq!(again.tag, full.tag);
+        // Another tag: the contents.
+        let other = read(&registry, &["admin"], "another").await.expect("read");
+        assert!(!other.unchanged);
+        assert_eq!(other.contents_json, full.contents_json);
+        // Without the scope, knowing the tag confirms nothing: the resource is not there.
+        let refused = read(&registry, &["mcp"], &full.tag).await.expect_err("refused");
+        assert_eq!(refused.code(), tonic::Code::NotFound);
+    }
+}
