@@ -246,25 +246,16 @@ const SPLICE_FROM: usize = 32 * 1024;
 
 /// The body of the reply to request `id` (raw JSON) carrying a kept `result`.
 pub fn reply_body(id: &str, result: Bytes) -> axum::body::Body {
-    let [head, result, tail] = reply_parts(id, result);
     if result.len() < SPLICE_FROM {
-        let mut out = Vec::with_capacity(head.len() + result.len() + tail.len());
-        out.extend_from_slice(&head);
-        out.extend_from_slice(&result);
-        out.extend_from_slice(&tail);
-        return axum::body::Body::from(out);
+        return axum::body::Body::from(mcp_proto::jsonrpc::result_serialized(Some(id), &result));
     }
-    axum::body::Body::new(Pieces { parts: [head, result, tail], next: 0 })
+    axum::body::Body::new(Pieces { parts: reply_parts(id, result), next: 0 })
 }
 
 /// The reply to request `id` in three pieces: what comes before the result, the result, and
 /// what comes after it.
 fn reply_parts(id: &str, result: Bytes) -> [Bytes; 3] {
-    let mut head = Vec::with_capacity(id.len() + 32);
-    head.extend_from_slice(br#"{"jsonrpc":"2.0","id":"#);
-    head.extend_from_slice(id.as_bytes());
-    head.extend_from_slice(br#","result":"#);
-    [head.into(), result, Bytes::from_static(b"}")]
+    [mcp_proto::jsonrpc::result_head(Some(id), 0).into(), result, Bytes::from_static(b"}")]
 }
 
 /// A body sent as the pieces it is made of, its length known (a `Content-Length` reply).

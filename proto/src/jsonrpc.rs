@@ -40,7 +40,8 @@ pub fn result_spliced(id: Option<&str>, head: &Value, member: &str, json: &[u8])
     out
 }
 
-fn result_head(id: Option<&str>, capacity: usize) -> Vec<u8> {
+/// What a success reply to `id` starts with, up to its result (`capacity`: room for the rest).
+pub fn result_head(id: Option<&str>, capacity: usize) -> Vec<u8> {
     let mut out = Vec::with_capacity(capacity);
     out.extend_from_slice(br#"{"jsonrpc":"2.0","id":"#);
     out.extend_from_slice(id.unwrap_or("null").as_bytes());

@@ -347,6 +347,11 @@ impl Client {
 
     /// A 2026-07-28 request with `_meta` and the matching routing headers.
     pub async fn modern(&self, id: i64, method: &str, params: Value) -> Reply {
+        self.modern_with(id, method, params, &[]).await
+    }
+
+    /// The same with `extra` headers (`authorization`, say).
+    pub async fn modern_with(&self, id: i64, method: &str, params: Value, extra: &[(&str, &str)]) -> Reply {
         let body = modern_request(id, method, params);
         let name =
             body["params"].get("name").or_else(|| body["params"].get("uri")).and_then(Value::as_str).map(str::to_owned);
@@ -354,6 +359,7 @@ impl Client {
         if let Some(name) = &name {
             headers.push(("mcp-name", name.as_str()));
         }
+        headers.extend_from_slice(extra);
         self.post(&body, &headers).await
     }
 }

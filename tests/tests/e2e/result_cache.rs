@@ -119,6 +119,11 @@ async fn signed_in_gateway(dir: &std::path::Path, defs: &std::path::Path) -> Pro
     Proc::start("gateway", &args, "gateway").await
 }
 
+/// `method` with `params` as request `id`, signed in with API token `token`.
+async fn as_caller(client: &e2e::Client, token: &str, id: i64, method: &str, params: Value) -> e2e::Reply {
+    client.modern_with(id, method, params, &[("authorization", &format!("Bearer {token}"))]).await
+}
+
 #[tokio::test]
 async fn a_read_anyone_may_make_is_confirmed_across_callers() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -128,21 +133,8 @@ async fn a_read_anyone_may_make_is_confirmed_across_callers() {
     std::fs::write(&defs, read_definitions(&file)).expect("write");
     let gw = signed_in_gateway(dir.path(), &defs).await;
     let client = e2e::Client::new(&format!("{}/mcp", gw.url()));
-    let read = |token: &'static str, id: i64| {
-        let client = &client;
-        async move {
-            let auth = format!("Bearer {token}");
-            let headers = [
-                ("mcp-protocol-version", MODERN),
-                ("mcp-method", "resources/read"),
-                ("mcp-name", DOC),
-                ("authorization", &auth),
-            ];
-            client.post(&e2e::modern_request(id, "resources/read", json!({"uri": DOC})), &headers).await
-        }
-    };
     for (token, id) in [("token-of-the-administrator", 1), ("token-of-an-ordinary-user", 2), ("wrong", 3)] {
-        let reply = read(token, id).await;
+        let reply = as_caller(&client, token, id, "resources/read", json!({"uri": DOC})).await;
         if token == "wrong" {
             // The held result is not asked for before the caller is known.
             assert_eq!(reply.status, 401, "{}", reply.text);
@@ -172,14 +164,7 @@ async fn answers_that_depend_on_the_caller_are_never_shared() {
     .expect("write");
     let gw = signed_in_gateway(dir.path(), &defs).await;
     let client = e2e::Client::new(&format!("{}/mcp", gw.url()));
-    let list = |token: &'static str| {
-        let client = &client;
-        async move {
-            let auth = format!("Bearer {token}");
-            let headers = [("mcp-protocol-version", MODERN), ("mcp-method", "tools/list"), ("authorization", &auth)];
-            client.post(&e2e::modern_request(1, "tools/list", json!({})), &headers).await
-        }
-    };
+    let list = |token| as_caller(&client, token, 1, "tools/list", json!({}));
     for _ in 0..2 {
         let admin = list("token-of-the-administrator").await;
         assert_eq!(names(admin.result()), ["hello", "purge"]);
@@ -192,19 +177,7 @@ async fn answers_that_depend_on_the_caller_are_never_shared() {
 
     // A read only some callers may make is never held: each is read whole, and refused to
     // a caller without the scope although another one just read it.
-    let read = |token: &'static str| {
-        let client = &client;
-        async move {
-            let auth = format!("Bearer {token}");
-            let headers = [
-                ("mcp-protocol-version", MODERN),
-                ("mcp-method", "resources/read"),
-                ("mcp-name", DOC),
-                ("authorization", &auth),
-            ];
-            client.post(&e2e::modern_request(2, "resources/read", json!({"uri": DOC})), &headers).await
-        }
-    };
+    let read = |token| as_caller(&client, token, 2, "resources/read", json!({"uri": DOC}));
     for _ in 0..2 {
         let admin = read("token-of-the-administrator").await;
         assert_eq!(admin.result()["contents"][0]["text"], "for administrators");
