@@ -444,17 +444,14 @@ impl Service<http::Request<Body>> for Balanced {
             let affinity = request.headers().get(AFFINITY).map(|v| v.as_bytes().to_vec());
             let member = pool.pick_for(affinity.as_deref()).await?;
             let listed = pool.members.borrow().len();
+            // The body in one piece (see `read_message`): sent in one frame, and kept, with
+            // several replicas, so that a call the chosen replica never processed can go to
+            // another one.
+            let (parts, message) = crate::transport::read_message(request).await?;
             if listed < 2 {
-                return send(&member, request).await;
+                return send(&member, crate::transport::in_one_frame(parts, message)).await;
             }
-            // Several replicas: keep the request (every RPC of the platform sends one message)
-            // so that a call the chosen replica never processed can go to another one.
-            let (parts, body) = request.into_parts();
-            let bytes = http_body_util::BodyExt::collect(body).await.map_err(TransportError::request)?.to_bytes();
-            let copy = || {
-                let body = http_body_util::Full::new(bytes.clone());
-                http::Request::from_parts(parts.clone(), Body::new(body))
-            };
+            let copy = || crate::transport::in_one_frame(parts.clone(), message.clone());
             let mut member = member;
             let mut tried = vec![member.key.clone()];
             loop {

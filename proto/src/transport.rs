@@ -6,6 +6,9 @@
 //! trace context), only without HTTP/2 framing, sockets and a second runtime task per call.
 
 use std::convert::Infallible;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
 
 use tonic::body::Body;
 use tonic::transport::Channel;
@@ -94,7 +97,50 @@ impl std::error::Error for TransportError {
 
 /// A connection over the network.
 pub fn network(channel: Channel) -> GrpcChannel {
-    BoxCloneSyncService::new(channel.map_err(TransportError::from))
+    BoxCloneSyncService::new(OneFrame(channel))
+}
+
+/// `request`'s body read into one piece. Every RPC of the platform sends one message, and
+/// tonic's encoder ends its body only when polled once more: HTTP/2 then sends the message and,
+/// apart, an empty frame that ends the stream, which the other side awaits before it starts
+/// the call (tonic reads a unary request to its end). A body in one piece ([`in_one_frame`])
+/// leaves in one frame that ends the stream, queued with the request's headers, so both go out
+/// in one write.
+pub(crate) async fn read_message(
+    request: http::Request<Body>,
+) -> Result<(http::request::Parts, bytes::Bytes), TransportError> {
+    let (parts, body) = request.into_parts();
+    let bytes = http_body_util::BodyExt::collect(body).await.map_err(TransportError::request)?.to_bytes();
+    Ok((parts, bytes))
+}
+
+/// A request whose body is `message`, sent in one frame (see [`read_message`]).
+pub(crate) fn in_one_frame(parts: http::request::Parts, message: bytes::Bytes) -> http::Request<Body> {
+    http::Request::from_parts(parts, Body::new(http_body_util::Full::new(message)))
+}
+
+/// A channel that sends each request's body in one frame ([`read_message`]).
+#[derive(Clone)]
+struct OneFrame(Channel);
+
+impl tower::Service<http::Request<Body>> for OneFrame {
+    type Response = http::Response<Body>;
+    type Error = TransportError;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Self::Error>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.0.poll_ready(cx).map_err(TransportError::from)
+    }
+
+    fn call(&mut self, request: http::Request<Body>) -> Self::Future {
+        // The channel made ready goes with the call (it holds the call's place); a clone stays.
+        let clone = self.0.clone();
+        let mut ready = std::mem::replace(&mut self.0, clone);
+        Box::pin(async move {
+            let (parts, message) = read_message(request).await?;
+            ready.call(in_one_frame(parts, message)).await.map_err(TransportError::from)
+        })
+    }
 }
 
 /// A connection to a generated server (`XxxServer::new(..)`) in this process.
@@ -108,4 +154,43 @@ where
     S::Future: Send + 'static,
 {
     BoxCloneSyncService::new(server.map_err(|never| match never {}))
+}
+
+#[cfg(test)]
+mod tests {
+    use http_body::Body as _;
+    use http_body_util::BodyExt as _;
+
+    use super::*;
+
+    /// A body as tonic's encoder makes it: one piece, then the end, known only when polled again.
+    struct Streamed(Option<bytes::Bytes>);
+
+    impl http_body::Body for Streamed {
+        type Data = bytes::Bytes;
+        type Error = tonic::Status;
+
+        fn poll_frame(
+            mut self: Pin<&mut Self>,
+            _: &mut Context<'_>,
+        ) -> Poll<Option<Result<http_body::Frame<bytes::Bytes>, tonic::Status>>> {
+            Poll::Ready(self.0.take().map(|b| Ok(http_body::Frame::data(b))))
+        }
+    }
+
+    /// What HTTP/2 needs to send a body in one frame that ends the stream: after its one piece,
+    /// the body says it has ended.
+    #[tokio::test]
+    async fn a_message_goes_in_one_frame_that_ends_the_stream() {
+        let streamed = Body::new(Streamed(Some(bytes::Bytes::from_static(b"\0\0\0\0\x02hi"))));
+        assert_eq!(streamed.size_hint().exact(), None);
+        let (parts, message) = read_message(http::Request::new(streamed)).await.expect("read");
+        assert_eq!(&message[..], b"\0\0\0\0\x02hi");
+        let mut body = in_one_frame(parts, message).into_body();
+        assert_eq!(body.size_hint().exact(), Some(7));
+        assert!(!body.is_end_stream());
+        let frame = body.frame().await.expect("a frame").expect("data");
+        assert_eq!(frame.into_data().expect("data").len(), 7);
+        assert!(body.is_end_stream(), "the body has ended with its one piece");
+    }
 }
