@@ -161,6 +161,7 @@ async fn connection(
     let deadline = Instant::now() + settings.duration;
     let calls = &workload.calls;
     let mut next = index % calls.len();
+    let mut checker = mcp::Checker::new(calls.len());
     // At least one request per connection, then until the deadline.
     loop {
         match conn.as_mut() {
@@ -172,14 +173,14 @@ async fn connection(
                 }
             },
             Some(c) => {
-                let call = &calls[next];
+                let (at, call) = (next, &calls[next]);
                 next = (next + 1) % calls.len();
                 let started = Instant::now();
                 match c.send(call, settings.timeout).await {
                     Ok(answer) => {
                         let micros = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
-                        match mcp::check(call, &answer) {
-                            Ok(_) => {
+                        match checker.check(at, call, &answer) {
+                            Ok(()) => {
                                 tally.ok += 1;
                                 tally.latency.saturating_record(micros.max(1));
                             }
