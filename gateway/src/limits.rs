@@ -28,8 +28,8 @@ pub struct Limits {
     per_client: Option<DefaultKeyedRateLimiter<String>>,
     /// Most open streams per client (0: no cap).
     max_streams: usize,
-    /// Open streams by client key; a key leaves when its last stream closes.
-    streams: Arc<Mutex<HashMap<String, usize>>>,
+    /// Open streams by client; a client leaves when its last stream closes.
+    streams: Arc<Mutex<HashMap<StreamOwner, usize>>>,
 }
 
 fn limiter<K: std::hash::Hash + Eq + Clone>(per_second: u32) -> Option<DefaultKeyedRateLimiter<K>> {
@@ -67,8 +67,8 @@ impl Limits {
             return Ok(StreamKey(None));
         }
         let key = match caller {
-            Some(p) => format!("caller:{}", p.subject),
-            None => format!("address:{ip}"),
+            Some(p) => StreamOwner::Caller(p.subject.clone()),
+            None => StreamOwner::Address(ip),
         };
         let open = self.streams.lock().map(|m| m.get(&key).copied().unwrap_or(0)).unwrap_or(0);
         if open >= self.max_streams {
@@ -140,12 +140,19 @@ impl IntoResponse for TooManyStreams {
 /// Whose streams a request counts against (from [`Limits::admit_stream`]); `None` when its
 /// streams are not counted (no cap, or a request that cannot stream).
 #[derive(Debug, Clone)]
-pub struct StreamKey(Option<String>);
+pub struct StreamKey(Option<StreamOwner>);
+
+/// Whose streams are counted: the caller when signed in, else the client's address.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+enum StreamOwner {
+    Caller(String),
+    Address(IpAddr),
+}
 
 /// One open stream; dropping it closes its count.
 struct OpenStream {
-    streams: Arc<Mutex<HashMap<String, usize>>>,
-    key: String,
+    streams: Arc<Mutex<HashMap<StreamOwner, usize>>>,
+    key: StreamOwner,
 }
 
 impl Drop for OpenStream {
