@@ -256,19 +256,29 @@ fn is_json_ok(answer: &Answer) -> bool {
     answer.status == hyper::StatusCode::OK && content_type.starts_with("application/json")
 }
 
-/// The `result` of a reply to `call` as its bytes came, when the answer is a 200 JSON reply
-/// with that id and no `error` (present, even `null`); `None` for anything else, which only
-/// [`check`] judges.
-fn result_as_sent<'a>(call: &Call, answer: &'a Answer) -> Option<&'a [u8]> {
-    /// Whether a member is there at all, whatever its value.
-    #[derive(Default)]
-    struct Present(bool);
-    impl<'de> serde::Deserialize<'de> for Present {
-        fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-            serde::de::IgnoredAny::deserialize(d).map(|_| Present(true))
-        }
+/// Whether a member is there at all, whatever its value (`"error": null` included).
+#[derive(Default)]
+struct Present(bool);
+
+impl<'de> serde::Deserialize<'de> for Present {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        serde::de::IgnoredAny::deserialize(d).map(|_| Present(true))
     }
+}
+
+/// Whether `json` is UTF-8 and starts (after blanks) as a JSON object. A borrowing parse skips
+/// the members it does not name without checking their text, and takes a struct from an array
+/// as readily as from an object; these two checks make up for that.
+fn is_object_text(json: &[u8]) -> bool {
+    json.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{') && std::str::from_utf8(json).is_ok()
+}
+
+/// The `result` of a reply to `call` as its bytes came, when the answer is a 200 JSON reply
+/// with that id, no `error` (present, even `null`) and no other member; `None` for anything
+/// else, which only [`check`] judges.
+fn result_as_sent<'a>(call: &Call, answer: &'a Answer) -> Option<&'a [u8]> {
     #[derive(serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
     struct Reply<'a> {
         jsonrpc: &'a str,
         id: Option<u64>,
@@ -277,7 +287,7 @@ fn result_as_sent<'a>(call: &Call, answer: &'a Answer) -> Option<&'a [u8]> {
         #[serde(default)]
         error: Present,
     }
-    if !is_json_ok(answer) {
+    if !is_json_ok(answer) || !is_object_text(&answer.body) {
         return None;
     }
     let reply: Reply<'_> = serde_json::from_slice(&answer.body).ok()?;
@@ -297,7 +307,9 @@ fn check_read(call: &Call, answer: &Answer) -> Result<(), String> {
         jsonrpc: &'a str,
         id: Option<u64>,
         #[serde(borrow)]
-        result: Option<ReadResult<'a>>,
+        result: Option<&'a serde_json::value::RawValue>,
+        #[serde(default)]
+        error: Present,
     }
     #[derive(serde::Deserialize)]
     struct ReadResult<'a> {
@@ -316,11 +328,21 @@ fn check_read(call: &Call, answer: &Answer) -> Result<(), String> {
         let json = serde_json::to_string(&text).unwrap_or_default();
         (text, json)
     });
+    if !is_object_text(&answer.body) {
+        return Err(describe(answer, "not a JSON object in UTF-8"));
+    }
     let reply: Reply<'_> = serde_json::from_slice(&answer.body).map_err(|e| describe(answer, &e.to_string()))?;
     if reply.jsonrpc != "2.0" || reply.id != call.id {
         return Err(describe(answer, "not the JSON-RPC reply to this request"));
     }
+    if reply.error.0 {
+        return Err(describe(answer, "JSON-RPC error"));
+    }
     let result = reply.result.ok_or_else(|| describe(answer, "no result"))?;
+    if !is_object_text(result.get().as_bytes()) {
+        return Err(describe(answer, "the result is not an object"));
+    }
+    let result: ReadResult<'_> = serde_json::from_str(result.get()).map_err(|e| describe(answer, &e.to_string()))?;
     let [item] = result.contents.as_slice() else { return Err(describe(answer, "not one content")) };
     if item.uri != catalog::RESOURCE_URI {
         return Err(describe(answer, "not the resource"));
@@ -447,6 +469,23 @@ mod tests {
         let mut same_body_as_text = reordered();
         same_body_as_text.headers.insert("content-type", HeaderValue::from_static("text/plain"));
         assert!(checker.check(0, &call, &same_body_as_text).is_err());
+        // The envelope in another form, or with a member the check does not know: checked in
+        // full, and refused.
+        let as_array = || Answer {
+            body: Bytes::from_static(br#"["2.0",3,{"content":[{"text":"hi","type":"text"}]}]"#),
+            ..reply(json!(null))
+        };
+        assert!(checker.check(0, &call, &as_array()).is_err());
+        let not_utf8 = || {
+            Answer {
+            body: Bytes::from_static(
+                b"{\"id\":3,\"jsonrpc\":\"2.0\",\"x\":\"\xff\",\"result\":{\"content\":[{\"text\":\"hi\",\"type\":\"text\"}]}}",
+            ),
+            ..reply(json!(null))
+        }
+        };
+        assert!(result_as_sent(&call, &not_utf8()).is_none());
+        assert!(checker.check(0, &call, &not_utf8()).is_err());
     }
 
     #[test]
@@ -511,5 +550,12 @@ mod tests {
         assert!(check(&call, &answer(elsewhere)).is_err());
         let error = json!({"jsonrpc":"2.0","id":5,"error":{"code":-32002,"message":"not found"}});
         assert!(check(&call, &answer(error)).is_err());
+        // An error beside the right text, or the reply as an array: wrong.
+        let mut with_error = reply(5, &text);
+        with_error["error"] = json!({"code": -32603, "message": "oops"});
+        assert!(check(&call, &answer(with_error)).is_err());
+        let mut as_array = answer(Value::Null);
+        as_array.body = Bytes::from(json!(["2.0", 5, reply(5, &text)["result"]]).to_string());
+        assert!(check(&call, &as_array).is_err());
     }
 }
