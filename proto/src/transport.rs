@@ -90,7 +90,9 @@ impl std::error::Error for TransportError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match &self.0 {
             Failure::Connection(e) => Some(e),
-            Failure::NoReplica(_) | Failure::Request(_) => None,
+            // tonic finds the status in the chain and keeps its code.
+            Failure::Request(status) => Some(status),
+            Failure::NoReplica(_) => None,
         }
     }
 }
@@ -102,10 +104,11 @@ pub fn network(channel: Channel) -> GrpcChannel {
 
 /// `request`'s body read into one piece. Every RPC of the platform sends one message, and
 /// tonic's encoder ends its body only when polled once more: HTTP/2 then sends the message and,
-/// apart, an empty frame that ends the stream, which the other side awaits before it starts
-/// the call (tonic reads a unary request to its end). A body in one piece ([`in_one_frame`])
-/// leaves in one frame that ends the stream, queued with the request's headers, so both go out
-/// in one write.
+/// apart (often in a write of its own), an empty frame that ends the stream, which the other
+/// side awaits before it starts the call (tonic reads a unary request to its end). A body in
+/// one piece ([`in_one_frame`]) leaves in one frame that ends the stream. (The request's headers
+/// still leave before it: hyper sends a body only once its stream has a send window, which
+/// HTTP/2 grants after the headers are out.)
 pub(crate) async fn read_message(
     request: http::Request<Body>,
 ) -> Result<(http::request::Parts, bytes::Bytes), TransportError> {
