@@ -273,24 +273,27 @@ fn is_object_text(json: &[u8]) -> bool {
     json.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{') && std::str::from_utf8(json).is_ok()
 }
 
+/// A JSON-RPC reply, borrowed: its four members and no other (a borrowing parse would skip
+/// any other without checking it).
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Envelope<'a> {
+    jsonrpc: &'a str,
+    id: Option<u64>,
+    #[serde(borrow)]
+    result: Option<&'a serde_json::value::RawValue>,
+    #[serde(default)]
+    error: Present,
+}
+
 /// The `result` of a reply to `call` as its bytes came, when the answer is a 200 JSON reply
 /// with that id, no `error` (present, even `null`) and no other member; `None` for anything
 /// else, which only [`check`] judges.
 fn result_as_sent<'a>(call: &Call, answer: &'a Answer) -> Option<&'a [u8]> {
-    #[derive(serde::Deserialize)]
-    #[serde(deny_unknown_fields)]
-    struct Reply<'a> {
-        jsonrpc: &'a str,
-        id: Option<u64>,
-        #[serde(borrow)]
-        result: Option<&'a serde_json::value::RawValue>,
-        #[serde(default)]
-        error: Present,
-    }
     if !is_json_ok(answer) || !is_object_text(&answer.body) {
         return None;
     }
-    let reply: Reply<'_> = serde_json::from_slice(&answer.body).ok()?;
+    let reply: Envelope<'_> = serde_json::from_slice(&answer.body).ok()?;
     (reply.jsonrpc == "2.0" && reply.id == call.id && !reply.error.0)
         .then_some(reply.result)
         .flatten()
@@ -302,15 +305,6 @@ fn result_as_sent<'a>(call: &Call, answer: &'a Answer) -> Option<&'a [u8]> {
 /// escapes differently) unescaped and compared. Parsing the reply into a `Value` took the load
 /// generator's one core about a millisecond per read, more than some servers spent.
 fn check_read(call: &Call, answer: &Answer) -> Result<(), String> {
-    #[derive(serde::Deserialize)]
-    struct Reply<'a> {
-        jsonrpc: &'a str,
-        id: Option<u64>,
-        #[serde(borrow)]
-        result: Option<&'a serde_json::value::RawValue>,
-        #[serde(default)]
-        error: Present,
-    }
     #[derive(serde::Deserialize)]
     struct ReadResult<'a> {
         #[serde(borrow)]
@@ -331,7 +325,7 @@ fn check_read(call: &Call, answer: &Answer) -> Result<(), String> {
     if !is_object_text(&answer.body) {
         return Err(describe(answer, "not a JSON object in UTF-8"));
     }
-    let reply: Reply<'_> = serde_json::from_slice(&answer.body).map_err(|e| describe(answer, &e.to_string()))?;
+    let reply: Envelope<'_> = serde_json::from_slice(&answer.body).map_err(|e| describe(answer, &e.to_string()))?;
     if reply.jsonrpc != "2.0" || reply.id != call.id {
         return Err(describe(answer, "not the JSON-RPC reply to this request"));
     }
