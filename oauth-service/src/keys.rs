@@ -51,7 +51,12 @@ impl Keys {
             return Ok(Self { dir: None, token_ttl, set: RwLock::new(vec![key]) });
         };
         if read_dir(dir)?.is_empty() {
-            create(dir, crate::secrets::now())?;
+            match create(dir, crate::secrets::now()) {
+                Ok(_) => {}
+                // Another replica starting at the same moment made the first key: it is used.
+                Err(Exists) => tracing::info!("another replica created the first signing key"),
+                Err(Failed(e)) => return Err(e),
+            }
         }
         let keys = Self { dir: Some(dir.to_owned()), token_ttl, set: RwLock::new(Vec::new()) };
         keys.reload()?;
@@ -132,8 +137,16 @@ fn published(keys: &[Key], now: i64, token_ttl: i64) -> usize {
 pub fn rotate(dir: &Path, token_ttl_secs: u64) -> Result<String, String> {
     let now = crate::secrets::now();
     let existing = read_dir(dir)?;
-    let created = existing.iter().map(|(_, c)| *c + 1).max().unwrap_or(now).max(now);
-    let kid = create(dir, created)?;
+    let mut created = existing.iter().map(|(_, c)| *c + 1).max().unwrap_or(now).max(now);
+    // A key of that time written meanwhile (another rotation): the next second's name.
+    let kid = loop {
+        match create(dir, created) {
+            Ok(kid) => break kid,
+            Err(Exists) if created < now + 60 => created += 1,
+            Err(Exists) => return Err(format!("{}: a signing key of every second up to {created}", dir.display())),
+            Err(Failed(e)) => return Err(e),
+        }
+    };
     // Prune: a key whose successor was created more than a token lifetime ago.
     let mut all = read_dir(dir)?;
     all.sort_by_key(|k| std::cmp::Reverse(k.1));
@@ -171,13 +184,37 @@ fn read_dir(dir: &Path) -> Result<Vec<(PathBuf, i64)>, String> {
     Ok(keys)
 }
 
-fn create(dir: &Path, created: i64) -> Result<String, String> {
-    std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+/// Why a key was not created.
+enum CreateError {
+    /// A key of that time is there already (another replica or rotation wrote it).
+    Exists,
+    Failed(String),
+}
+use CreateError::{Exists, Failed};
+
+/// Write a new key of time `created` into `dir`. The file appears under its name whole or not
+/// at all: written apart, then linked to the name, which fails when the name is taken. Replicas
+/// re-reading the directory never see a key half written, and two that create the same key
+/// name at once both go on with the one that was linked first.
+fn create(dir: &Path, created: i64) -> Result<String, CreateError> {
+    let failed = |path: &Path, e: std::io::Error| Failed(format!("{}: {e}", path.display()));
+    std::fs::create_dir_all(dir).map_err(|e| failed(dir, e))?;
     let key = generate();
-    let pem = key.to_pkcs8_pem(LineEnding::LF).map_err(|e| e.to_string())?;
+    let pem = key.to_pkcs8_pem(LineEnding::LF).map_err(|e| Failed(e.to_string()))?;
     let path = dir.join(format!("{PREFIX}-{created}.pem"));
-    write_private(&path, pem.as_bytes()).map_err(|e| format!("{}: {e}", path.display()))?;
-    let kid = key_from(&key, created)?.kid;
+    // Not a key file's name (`read_dir` skips it); unique to this attempt.
+    let mut nonce = [0u8; 8];
+    rand::fill(&mut nonce);
+    let partial = dir.join(format!(".{PREFIX}-{created}.{}.partial", URL_SAFE_NO_PAD.encode(nonce)));
+    write_private(&partial, pem.as_bytes()).map_err(|e| failed(&partial, e))?;
+    let linked = std::fs::hard_link(&partial, &path);
+    let _ = std::fs::remove_file(&partial);
+    match linked {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => return Err(Exists),
+        Err(e) => return Err(failed(&path, e)),
+    }
+    let kid = key_from(&key, created).map_err(Failed)?.kid;
     tracing::info!(path = %path.display(), %kid, "created a signing key");
     Ok(kid)
 }
@@ -228,6 +265,52 @@ mod tests {
         let file = read_dir(dir.path()).expect("list")[0].0.clone();
         let mode = std::fs::metadata(file).expect("file").permissions();
         assert_eq!(std::os::unix::fs::PermissionsExt::mode(&mode) & 0o777, 0o600);
+    }
+
+    /// Replicas sharing a data directory start at once: one first key, used by all of them.
+    #[test]
+    fn replicas_starting_together_share_the_first_key() {
+        for _ in 0..20 {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let start = std::sync::Barrier::new(4);
+            let kids: Vec<String> = std::thread::scope(|scope| {
+                let replicas: Vec<_> = (0..4)
+                    .map(|_| {
+                        scope.spawn(|| {
+                            start.wait();
+                            Keys::load_or_create(Some(dir.path()), 3600).map(|k| k.current_kid())
+                        })
+                    })
+                    .collect();
+                replicas.into_iter().map(|r| r.join().expect("thread").expect("started")).collect()
+            });
+            assert!(kids.iter().all(|k| *k == kids[0]), "{kids:?}");
+            let names: Vec<_> = std::fs::read_dir(dir.path()).expect("dir").flatten().map(|e| e.file_name()).collect();
+            assert_eq!(names.len(), 1, "one key file and nothing left behind: {names:?}");
+        }
+    }
+
+    #[test]
+    fn rotations_at_once_write_keys_of_their_own() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        Keys::load_or_create(Some(dir.path()), 3600).expect("created");
+        let start = std::sync::Barrier::new(3);
+        let kids: Vec<String> = std::thread::scope(|scope| {
+            let rotations: Vec<_> = (0..3)
+                .map(|_| {
+                    scope.spawn(|| {
+                        start.wait();
+                        rotate(dir.path(), 3600)
+                    })
+                })
+                .collect();
+            rotations.into_iter().map(|r| r.join().expect("thread").expect("rotated")).collect()
+        });
+        let mut unique = kids.clone();
+        unique.sort();
+        unique.dedup();
+        assert_eq!(unique.len(), 3, "{kids:?}");
+        assert_eq!(read_dir(dir.path()).expect("list").len(), 4);
     }
 
     #[test]
