@@ -267,23 +267,28 @@ mod tests {
         assert_eq!(std::os::unix::fs::PermissionsExt::mode(&mode) & 0o777, 0o600);
     }
 
+    /// `n` threads run `work` at the same moment; what each returned.
+    fn at_once<T: Send>(n: usize, work: impl Fn() -> T + Sync) -> Vec<T> {
+        let start = std::sync::Barrier::new(n);
+        std::thread::scope(|scope| {
+            let threads: Vec<_> = (0..n)
+                .map(|_| {
+                    scope.spawn(|| {
+                        start.wait();
+                        work()
+                    })
+                })
+                .collect();
+            threads.into_iter().map(|t| t.join().expect("thread")).collect()
+        })
+    }
+
     /// Replicas sharing a data directory start at once: one first key, used by all of them.
     #[test]
     fn replicas_starting_together_share_the_first_key() {
         for _ in 0..20 {
             let dir = tempfile::tempdir().expect("tempdir");
-            let start = std::sync::Barrier::new(4);
-            let kids: Vec<String> = std::thread::scope(|scope| {
-                let replicas: Vec<_> = (0..4)
-                    .map(|_| {
-                        scope.spawn(|| {
-                            start.wait();
-                            Keys::load_or_create(Some(dir.path()), 3600).map(|k| k.current_kid())
-                        })
-                    })
-                    .collect();
-                replicas.into_iter().map(|r| r.join().expect("thread").expect("started")).collect()
-            });
+            let kids = at_once(4, || Keys::load_or_create(Some(dir.path()), 3600).expect("started").current_kid());
             assert!(kids.iter().all(|k| *k == kids[0]), "{kids:?}");
             let names: Vec<_> = std::fs::read_dir(dir.path()).expect("dir").flatten().map(|e| e.file_name()).collect();
             assert_eq!(names.len(), 1, "one key file and nothing left behind: {names:?}");
@@ -294,18 +299,7 @@ mod tests {
     fn rotations_at_once_write_keys_of_their_own() {
         let dir = tempfile::tempdir().expect("tempdir");
         Keys::load_or_create(Some(dir.path()), 3600).expect("created");
-        let start = std::sync::Barrier::new(3);
-        let kids: Vec<String> = std::thread::scope(|scope| {
-            let rotations: Vec<_> = (0..3)
-                .map(|_| {
-                    scope.spawn(|| {
-                        start.wait();
-                        rotate(dir.path(), 3600)
-                    })
-                })
-                .collect();
-            rotations.into_iter().map(|r| r.join().expect("thread").expect("rotated")).collect()
-        });
+        let kids = at_once(3, || rotate(dir.path(), 3600).expect("rotated"));
         let mut unique = kids.clone();
         unique.sort();
         unique.dedup();

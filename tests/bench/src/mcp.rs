@@ -183,7 +183,7 @@ pub fn check(call: &Call, answer: &Answer) -> Result<Value, String> {
     if answer.status != hyper::StatusCode::OK {
         return Err(describe(answer, "status"));
     }
-    let content_type = answer.headers.get("content-type").and_then(|v| v.to_str().ok()).unwrap_or_default();
+    let content_type = content_type(answer);
     if !content_type.starts_with("application/json") {
         return Err(describe(answer, &format!("content-type {content_type:?}")));
     }
@@ -250,10 +250,14 @@ impl Checker {
     }
 }
 
+/// The answer's `Content-Type`, empty when absent or not text.
+fn content_type(answer: &Answer) -> &str {
+    answer.headers.get("content-type").and_then(|v| v.to_str().ok()).unwrap_or_default()
+}
+
 /// A 200 answer with a JSON content type.
 fn is_json_ok(answer: &Answer) -> bool {
-    let content_type = answer.headers.get("content-type").and_then(|v| v.to_str().ok()).unwrap_or_default();
-    answer.status == hyper::StatusCode::OK && content_type.starts_with("application/json")
+    answer.status == hyper::StatusCode::OK && content_type(answer).starts_with("application/json")
 }
 
 /// Whether a member is there at all, whatever its value (`"error": null` included).
