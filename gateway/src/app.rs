@@ -287,8 +287,21 @@ async fn mcp_post(
     crate::observe::record_mcp(&tracing::Span::current(), &labels, principal.as_ref().map(|p| p.subject.as_str()));
     // A fresh result is the answer; a named one is sent back for mcp-service to confirm.
     let mut named = None;
+    // A read with nothing held goes first or waits for the one that did (`cache` module).
+    let mut going_first = None;
     if let (Some(key), Some(id)) = (&cache_key, &id) {
-        match gw.cache.held(key) {
+        let mut held = gw.cache.held(key);
+        if held.is_none() && method == "resources/read" {
+            match gw.cache.turn(key) {
+                crate::cache::Turn::Lead(lead) => going_first = Some(lead),
+                crate::cache::Turn::Wait(first) => {
+                    crate::cache::ResultCache::wait(first).await;
+                    held = gw.cache.held(key);
+                }
+                crate::cache::Turn::Alone => {}
+            }
+        }
+        match held {
             Some(crate::cache::Held::Fresh(result)) => {
                 cache_outcome("hit").increment(1);
                 let mut resp = forward::json_response(StatusCode::OK, crate::cache::reply_body(id, result));
@@ -338,6 +351,8 @@ async fn mcp_post(
             }
         }
     }
+    // Kept (or not): the reads waiting for this one go on.
+    drop(going_first);
     if let (Some(auth), Some(forward::RequiredScopes(scopes))) =
         (&gw.auth, resp.extensions().get::<forward::RequiredScopes>().cloned())
         && let Some(v) = auth.insufficient_scope(&scopes)

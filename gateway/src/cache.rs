@@ -15,18 +15,26 @@
 //! other, asks the registry whether the contents still have that name, and if so answers
 //! `unchanged` without them. The gateway then answers with the result it holds. A megabyte
 //! read then crosses neither hop again, and is never older than the registry's file.
+//!
+//! Reads of the same resource that arrive together while nothing is held for it do not all
+//! carry the contents: the first goes on ([`Turn::Lead`]), the others wait for it
+//! ([`Turn::Wait`]) and then send the name it was answered with, so each is still checked by
+//! mcp-service and the registry but the megabyte crosses once. A resource whose answer cannot
+//! be kept (it depends on the caller, is too large, or failed) is not waited for again
+//! ([`Turn::Alone`]) until an answer of it is kept.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::convert::Infallible;
 use std::pin::Pin;
-use std::sync::RwLock;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, RwLock};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use mcp_proto::mcp::{WatchCatalogRequest, mcp_service_client::McpServiceClient};
 use mcp_proto::transport::GrpcChannel;
+use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 /// Methods whose modern results carry cache hints.
@@ -88,11 +96,79 @@ pub struct ResultCache {
     entries: RwLock<Entries>,
     /// Most bytes of results kept (0: the cache is off).
     budget: usize,
+    flights: Mutex<Flights>,
+}
+
+/// Reads under way with nothing held for them (see the module documentation).
+#[derive(Default)]
+struct Flights {
+    /// Per key, the read that went first: a receiver of its channel, which closes when it ends.
+    leading: HashMap<Box<[u8]>, watch::Receiver<()>>,
+    /// Keys whose last answer was not kept: their reads do not wait for one another.
+    alone: HashSet<Box<[u8]>>,
+}
+
+/// The most keys remembered as [`Flights::alone`] (forgotten all at once past it).
+const ALONE_MOST: usize = 4096;
+
+/// The longest a read waits for the one that went first before it goes on by itself.
+const WAIT_MOST: Duration = Duration::from_secs(10);
+
+/// Whether a read with nothing held goes first, waits for another, or goes alone.
+pub enum Turn<'a> {
+    /// This read goes first; the others wait until this is dropped (after its answer is kept).
+    Lead(Lead<'a>),
+    /// Another read of it is under way: [`ResultCache::wait`], then look again.
+    Wait(watch::Receiver<()>),
+    /// Nobody waits for this resource.
+    Alone,
+}
+
+/// The read that went first; dropping it lets the others go on.
+pub struct Lead<'a> {
+    cache: &'a ResultCache,
+    key: Box<[u8]>,
+    _ends: watch::Sender<()>,
+}
+
+impl Drop for Lead<'_> {
+    fn drop(&mut self) {
+        let kept = self.cache.entries.read().is_ok_and(|e| e.map.contains_key(&self.key));
+        if let Ok(mut flights) = self.cache.flights.lock() {
+            flights.leading.remove(&self.key);
+            if !kept {
+                if flights.alone.len() >= ALONE_MOST {
+                    flights.alone.clear();
+                }
+                flights.alone.insert(std::mem::take(&mut self.key));
+            }
+        }
+    }
 }
 
 impl ResultCache {
     pub fn new(budget: usize) -> Self {
-        Self { fingerprint: AtomicU64::new(0), entries: RwLock::default(), budget }
+        Self { fingerprint: AtomicU64::new(0), entries: RwLock::default(), budget, flights: Mutex::default() }
+    }
+
+    /// For a read of `key` with nothing held: go first, wait for the read under way, or go alone.
+    pub fn turn(&self, key: &[u8]) -> Turn<'_> {
+        let Ok(mut flights) = self.flights.lock() else { return Turn::Alone };
+        if flights.alone.contains(key) {
+            return Turn::Alone;
+        }
+        if let Some(first) = flights.leading.get(key) {
+            return Turn::Wait(first.clone());
+        }
+        let (ends, ended) = watch::channel(());
+        flights.leading.insert(key.into(), ended);
+        Turn::Lead(Lead { cache: self, key: key.into(), _ends: ends })
+    }
+
+    /// Until the read that went first has ended (at most [`WAIT_MOST`]).
+    pub async fn wait(mut first: watch::Receiver<()>) {
+        // Nothing is ever sent: `changed` returns when the sender is dropped.
+        let _ = tokio::time::timeout(WAIT_MOST, first.changed()).await;
     }
 
     /// The key of a modern request whose answer may be reused, if it is one.
@@ -175,6 +251,12 @@ impl ResultCache {
             }
         }
         entries.bytes += size;
+        // Kept: its reads wait for one another again.
+        if let Ok(mut flights) = self.flights.lock()
+            && !flights.alone.is_empty()
+        {
+            flights.alone.remove(&key);
+        }
         if let Some(old) = entries.map.insert(key, entry) {
             entries.bytes -= old.cost(key_len);
         }
@@ -187,6 +269,9 @@ impl ResultCache {
         {
             entries.map.clear();
             entries.bytes = 0;
+            if let Ok(mut flights) = self.flights.lock() {
+                flights.alone.clear();
+            }
         }
     }
 
@@ -322,6 +407,40 @@ mod tests {
             Held::Fresh(result) => Some(reply_parts(id, result).concat()),
             Held::Named { .. } => None,
         }
+    }
+
+    #[tokio::test]
+    async fn reads_together_wait_for_the_first_then_go_alone_if_it_was_not_kept() {
+        let cache = ResultCache::new(1 << 20);
+        cache.serving(7);
+        let key = cache.key("resources/read", None, Some(r#"{"uri":"a"}"#)).expect("a key");
+        let other = cache.key("resources/read", None, Some(r#"{"uri":"b"}"#)).expect("a key");
+        let Turn::Lead(first) = cache.turn(&key) else { panic!("the first read goes first") };
+        let Turn::Wait(waiting) = cache.turn(&key) else { panic!("the second waits") };
+        let Turn::Lead(other_first) = cache.turn(&other) else { panic!("another resource does not wait") };
+        // The first's answer is kept, then it ends: the one waiting finds it.
+        let named = Reusable { ttl_ms: 0, tag: "t".into(), ..reusable(r#"{"jsonrpc":"2.0","id":1,"result":{}}"#, 7) };
+        let waited = tokio::spawn(async move { ResultCache::wait(waiting).await });
+        tokio::task::yield_now().await;
+        assert!(!waited.is_finished(), "still waiting while the first is under way");
+        cache.keep(key.clone(), "1", &named);
+        drop(first);
+        tokio::time::timeout(Duration::from_secs(5), waited).await.expect("woken").expect("joined");
+        assert!(matches!(cache.held(&key), Some(Held::Named { .. })));
+
+        // An answer that was not kept (too large, private, failed): its reads go alone until
+        // one is kept.
+        drop(other_first);
+        assert!(matches!(cache.turn(&other), Turn::Alone));
+        assert!(matches!(cache.turn(&other), Turn::Alone));
+        cache.keep(other.clone(), "1", &named);
+        cache.serving(8);
+        assert!(matches!(cache.turn(&other), Turn::Lead(_)), "kept once: reads wait for one another again");
+        // A first read that goes away (its client left) lets the others go at once.
+        let Turn::Lead(first) = cache.turn(&key) else { panic!("nothing held in the new catalog") };
+        let Turn::Wait(waiting) = cache.turn(&key) else { panic!("the second waits") };
+        drop(first);
+        tokio::time::timeout(Duration::from_secs(5), ResultCache::wait(waiting)).await.expect("not held up");
     }
 
     #[test]

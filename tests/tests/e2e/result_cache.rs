@@ -312,6 +312,50 @@ async fn named_reads_are_confirmed_in_one_process_too() {
     reads_are_confirmed_and_never_stale(&served.gateway, &file).await;
 }
 
+/// Until the gateway at `gateway` follows mcp-service's catalog (a list is answered from its
+/// cache): before that it keeps nothing.
+async fn until_results_are_kept(gateway: &Proc, client: &e2e::Client) {
+    for id in 0..100 {
+        client.post(&e2e::modern_request(id, "tools/list", json!({})), &list_headers()).await;
+        if hits(gateway).await > 0 {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    panic!("the gateway never kept a result");
+}
+
+#[tokio::test]
+async fn reads_arriving_together_carry_the_contents_across_the_services_once() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("doc.txt");
+    let text = "read together\n".repeat(32 * 1024);
+    write_aged(&file, &text, std::time::Duration::from_secs(60));
+    let defs = dir.path().join("defs.yaml");
+    std::fs::write(&defs, read_definitions(&file)).expect("write");
+    let stack = e2e::Stack::microservices_with(&["--definitions", defs.to_str().expect("utf-8")]).await;
+    let gateway = stack.gateway();
+    let client = e2e::Client::new(&format!("{}/mcp", gateway.url()));
+    until_results_are_kept(gateway, &client).await;
+
+    // Twelve modern reads at once, nothing held: one carries the contents, the others wait
+    // for it and are confirmed by name (each still checked by mcp-service and the registry).
+    let [hits, misses, confirmed] = outcomes(gateway).await;
+    let reads = futures_util::future::join_all((0..12).map(|id| read_doc(&client, json!(id)))).await;
+    assert!(reads.iter().all(|r| *r == text), "every read has the whole text");
+    assert_eq!(outcomes(gateway).await, [hits, misses + 1, confirmed + 11]);
+
+    // Legacy reads are named apart: eight at once in one session, one carries the contents.
+    let session = legacy_session(&client).await;
+    let reads = futures_util::future::join_all((0..8).map(|id| legacy_read(&client, &session, id))).await;
+    for (id, reply) in reads.iter().enumerate() {
+        assert_eq!(reply.status, 200, "{}", reply.text);
+        assert_eq!(reply.json["id"], id);
+        assert_eq!(reply.result()["contents"][0]["text"], text.as_str());
+    }
+    assert_eq!(outcomes(gateway).await, [hits, misses + 2, confirmed + 18]);
+}
+
 #[tokio::test]
 async fn a_read_ttl_lets_the_gateway_answer_alone_until_it_passes() {
     let dir = tempfile::tempdir().expect("tempdir");
