@@ -21,7 +21,7 @@ pub type Standalone = fn(Config, CancellationToken) -> BoxFuture<'static, Result
 /// configuration error (64) or a failure (1). Without `standalone`, `--standalone` is a
 /// configuration error that names the binary that has it.
 pub async fn main(binary: &'static str, standalone: Option<Standalone>) {
-    let _telemetry = mcp_proto::telemetry::init("gateway");
+    let telemetry = mcp_proto::telemetry::init("gateway");
     mcp_proto::telemetry::every_second(mcp_proto::mimalloc::return_freed_memory);
     let mut command = Cli::command().name(binary).bin_name(binary);
     if standalone.is_none() {
@@ -50,4 +50,5 @@ pub async fn main(binary: &'static str, standalone: Option<Standalone>) {
         tracing::error!(error = %e, "gateway failed");
         std::process::exit(1);
     }
+    telemetry.finish().await;
 }

@@ -15,7 +15,7 @@ use crate::config::Cli;
 /// Parse the command line as `binary`, then serve (gRPC, or stdio with `--stdio`) until a
 /// signal or the end of stdin; exits the process on a configuration error (64) or a failure (1).
 pub async fn main(binary: &'static str, embedded: Option<EmbeddedRegistry>) {
-    let _telemetry = mcp_proto::telemetry::init("mcp-service");
+    let telemetry = mcp_proto::telemetry::init("mcp-service");
     mcp_proto::telemetry::every_second(mcp_proto::mimalloc::return_freed_memory);
     let mut command = Cli::command().name(binary).bin_name(binary);
     if embedded.is_none() {
@@ -40,4 +40,5 @@ pub async fn main(binary: &'static str, embedded: Option<EmbeddedRegistry>) {
         tracing::error!(error = %e, "mcp-service failed");
         std::process::exit(1);
     }
+    telemetry.finish().await;
 }

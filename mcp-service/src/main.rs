@@ -4,7 +4,8 @@
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-#[tokio::main]
-async fn main() {
-    mcp_service::entry::main("mcp-service", Some(mcp_service::embedded_registry)).await;
+fn main() {
+    mcp_proto::runtime::serve(async {
+        mcp_service::entry::main("mcp-service", Some(mcp_service::embedded_registry)).await;
+    })
 }

@@ -1,29 +1,31 @@
 use clap::Parser as _;
 use oauth_service::config::Cli;
 
-#[tokio::main]
-async fn main() {
-    let _telemetry = mcp_proto::telemetry::init("oauth-service");
-    let mut cli = Cli::parse();
-    let command = cli.command.take();
-    let config = cli.load().unwrap_or_else(|e| mcp_proto::runtime::refuse_config("oauth-service", e));
-    if let Some(command) = command {
-        match oauth_service::admin::run(command, &config).await {
-            Ok(out) => {
-                if !out.is_empty() {
-                    println!("{out}");
+fn main() {
+    mcp_proto::runtime::serve(async {
+        let telemetry = mcp_proto::telemetry::init("oauth-service");
+        let mut cli = Cli::parse();
+        let command = cli.command.take();
+        let config = cli.load().unwrap_or_else(|e| mcp_proto::runtime::refuse_config("oauth-service", e));
+        if let Some(command) = command {
+            match oauth_service::admin::run(command, &config).await {
+                Ok(out) => {
+                    if !out.is_empty() {
+                        println!("{out}");
+                    }
+                    return;
                 }
-                return;
-            }
-            Err(e) => {
-                eprintln!("oauth-service: {e}");
-                std::process::exit(1);
+                Err(e) => {
+                    eprintln!("oauth-service: {e}");
+                    std::process::exit(1);
+                }
             }
         }
-    }
-    let shutdown = mcp_proto::runtime::shutdown_on_signal();
-    if let Err(e) = oauth_service::run(config, shutdown).await {
-        tracing::error!(error = %e, "oauth-service failed");
-        std::process::exit(1);
-    }
+        let shutdown = mcp_proto::runtime::shutdown_on_signal();
+        if let Err(e) = oauth_service::run(config, shutdown).await {
+            tracing::error!(error = %e, "oauth-service failed");
+            std::process::exit(1);
+        }
+        telemetry.finish().await;
+    })
 }

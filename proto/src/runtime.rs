@@ -86,29 +86,64 @@ pub fn check_writable_dir(dir: &Path) -> Result<(), String> {
     Ok(())
 }
 
+/// Run a service's `main` to its end on a Tokio runtime sized to the CPUs the process may use:
+/// `TOKIO_WORKER_THREADS` if set, else [`std::thread::available_parallelism`] (which counts the
+/// CPU affinity and a cgroup's CPU quota, as a container's limit sets it). With one CPU the
+/// runtime is single-threaded: a multi-threaded runtime with one worker hands each woken task
+/// the next turn (its LIFO slot), so every stream that finished its answer woke the HTTP/2
+/// connection's task at once and each answer left in a write of its own; on one thread the
+/// answers ready together leave together, and no thread parks and wakes another. Measured on
+/// one CPU: a `tools/call` through the microservices 91 → 68 µs of CPU (performance.md).
+///
+/// For the services that run as processes of their own. `gateway --standalone` keeps Tokio's
+/// multi-threaded runtime: there a request's work answers the connection task that waits for
+/// it in this process, and that task's next turn is what the LIFO slot gives (on one thread,
+/// measured: calls and legacy lists 8–13 % dearer).
+pub fn serve<F: std::future::Future>(main: F) -> F::Output {
+    let workers = std::env::var("TOKIO_WORKER_THREADS")
+        .ok()
+        .and_then(|n| n.trim().parse::<usize>().ok())
+        .filter(|&n| n > 0)
+        .or_else(|| std::thread::available_parallelism().ok().map(std::num::NonZeroUsize::get))
+        .unwrap_or(1);
+    let mut builder = if workers == 1 {
+        tokio::runtime::Builder::new_current_thread()
+    } else {
+        let mut builder = tokio::runtime::Builder::new_multi_thread();
+        builder.worker_threads(workers);
+        builder
+    };
+    let runtime = builder.enable_all().build().unwrap_or_else(|e| {
+        eprintln!("cannot start the Tokio runtime: {e}");
+        std::process::exit(1)
+    });
+    runtime.block_on(main)
+}
+
 /// A token cancelled on SIGTERM or SIGINT (Ctrl-C).
 pub fn shutdown_on_signal() -> CancellationToken {
     let token = CancellationToken::new();
     let t = token.clone();
-    tokio::spawn(async move {
-        let ctrl_c = tokio::signal::ctrl_c();
-        #[cfg(unix)]
-        {
-            use tokio::signal::unix::{SignalKind, signal};
-            match signal(SignalKind::terminate()) {
-                Ok(mut term) => {
-                    tokio::select! {
-                        _ = ctrl_c => {}
-                        _ = term.recv() => {}
-                    }
+    // The handlers are installed before this returns: a signal that comes as soon as the
+    // service listens (on a single-threaded runtime, before any spawned task has run) must not
+    // meet the default action, which ends the process at once.
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        if let (Ok(mut term), Ok(mut interrupt)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) {
+            tokio::spawn(async move {
+                tokio::select! {
+                    _ = term.recv() => {}
+                    _ = interrupt.recv() => {}
                 }
-                Err(_) => {
-                    let _ = ctrl_c.await;
-                }
-            }
+                tracing::info!("shutdown requested");
+                t.cancel();
+            });
+            return token;
         }
-        #[cfg(not(unix))]
-        let _ = ctrl_c.await;
+    }
+    tokio::spawn(async move {
+        let _ = tokio::signal::ctrl_c().await;
         tracing::info!("shutdown requested");
         t.cancel();
     });

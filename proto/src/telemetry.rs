@@ -34,12 +34,36 @@ pub struct Telemetry {
     tracer: Option<SdkTracerProvider>,
 }
 
-impl Drop for Telemetry {
-    fn drop(&mut self) {
+impl Telemetry {
+    /// Flush pending spans and stop the exporter while the runtime goes on running: the
+    /// exporter's connection is one of the runtime's tasks, which a single-threaded runtime
+    /// blocked in the flush would never run. A service calls this at the end of its `main`.
+    pub async fn finish(mut self) {
         if let Some(provider) = self.tracer.take()
-            && let Err(e) = provider.shutdown()
+            && let Ok(Err(e)) = tokio::task::spawn_blocking(move || provider.shutdown()).await
         {
             eprintln!("telemetry: flushing traces failed: {e}");
+        }
+    }
+}
+
+impl Drop for Telemetry {
+    /// Without [`Telemetry::finish`] (an early return): flush here, blocking, except on a
+    /// single-threaded runtime, where blocking would stop the exporter's connection; there the
+    /// flush goes to a thread of its own and spans still pending may be lost when the process ends.
+    fn drop(&mut self) {
+        let Some(provider) = self.tracer.take() else { return };
+        let flush = move || {
+            if let Err(e) = provider.shutdown() {
+                eprintln!("telemetry: flushing traces failed: {e}");
+            }
+        };
+        let one_thread = tokio::runtime::Handle::try_current()
+            .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::CurrentThread);
+        if one_thread {
+            std::thread::spawn(flush);
+        } else {
+            flush();
         }
     }
 }

@@ -207,24 +207,38 @@ impl Stack {
     /// Like [`Stack::microservices`], with extra arguments for registry-service (its
     /// definitions).
     pub async fn microservices_with(registry_args: &[&str]) -> Stack {
+        Self::microservices_in(registry_args, &[]).await
+    }
+
+    /// Like [`Stack::microservices`], each service on a single-threaded runtime (as on a
+    /// machine, or in a container, with one CPU).
+    pub async fn microservices_on_one_thread() -> Stack {
+        Self::microservices_in(&[], &[("TOKIO_WORKER_THREADS", "1")]).await
+    }
+
+    /// The microservices with extra arguments for registry-service and `env` for every service.
+    async fn microservices_in(registry_args: &[&str], env: &[(&str, &str)]) -> Stack {
         let mut args = vec!["--listen", "127.0.0.1:0"];
         args.extend_from_slice(registry_args);
-        let registry = Proc::start("registry-service", &args, "registry-service").await;
-        let mcp = Proc::start(
+        let registry = Proc::start_with_env("registry-service", &args, env, "registry-service").await;
+        let mcp = Proc::start_with_env(
             "mcp-service-remote",
             &["--listen", "127.0.0.1:0", "--registry", &registry.url()],
+            env,
             "mcp-service",
         )
         .await;
-        let oauth = Proc::start(
+        let oauth = Proc::start_with_env(
             "oauth-service",
             &["--listen", "127.0.0.1:0", "--issuer", "http://127.0.0.1:8080"],
+            env,
             "oauth-service",
         )
         .await;
-        let gw = Proc::start(
+        let gw = Proc::start_with_env(
             "gateway-edge",
             &["--listen", "127.0.0.1:0", "--mcp-service", &mcp.url(), "--oauth-service", &oauth.url()],
+            env,
             "gateway",
         )
         .await;

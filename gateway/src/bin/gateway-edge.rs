@@ -4,7 +4,8 @@
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-#[tokio::main]
-async fn main() {
-    gateway::entry::main("gateway-edge", None).await;
+fn main() {
+    mcp_proto::runtime::serve(async {
+        gateway::entry::main("gateway-edge", None).await;
+    })
 }

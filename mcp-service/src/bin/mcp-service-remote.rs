@@ -5,7 +5,8 @@
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-#[tokio::main]
-async fn main() {
-    mcp_service::entry::main("mcp-service-remote", None).await;
+fn main() {
+    mcp_proto::runtime::serve(async {
+        mcp_service::entry::main("mcp-service-remote", None).await;
+    })
 }

@@ -189,6 +189,16 @@ async fn microservices_serve_both_eras() {
     progress_streams(&c).await;
 }
 
+/// With one CPU each service runs on a single-threaded runtime (`mcp_proto::runtime::serve`).
+#[tokio::test]
+async fn microservices_on_one_thread_serve_both_eras() {
+    let stack = Stack::microservices_on_one_thread().await;
+    let c = stack.client();
+    legacy_session(&c).await;
+    modern_sequence(&c).await;
+    progress_streams(&c).await;
+}
+
 #[tokio::test]
 async fn legacy_negotiation_follows_the_seed_rule() {
     let stack = Stack::standalone().await;

@@ -102,6 +102,9 @@ async fn metrics(port: u16) -> String {
     e2e::metrics(&format!("http://127.0.0.1:{port}")).await
 }
 
+/// A service on a single-threaded runtime (`mcp_proto::runtime::serve`).
+const ONE_THREAD: (&str, &str) = ("TOKIO_WORKER_THREADS", "1");
+
 #[tokio::test]
 async fn one_request_is_one_trace_and_every_service_has_metrics() {
     let (otlp, spans) = collector().await;
@@ -128,14 +131,16 @@ async fn one_request_is_one_trace_and_every_service_has_metrics() {
     let registry = Proc::start_with_env(
         "registry-service",
         &["--listen", "127.0.0.1:0", "--definitions", defs.to_str().expect("utf-8")],
-        &[otel.as_slice(), &[("REGISTRY_METRICS_LISTEN", &format!("127.0.0.1:{reg_metrics}"))]].concat(),
+        // registry-service and mcp-service on one thread each (as with one CPU), the gateway on
+        // several: traces leave from both kinds of runtime.
+        &[otel.as_slice(), &[("REGISTRY_METRICS_LISTEN", &format!("127.0.0.1:{reg_metrics}")), ONE_THREAD]].concat(),
         "registry-service",
     )
     .await;
     let mcp = Proc::start_with_env(
         "mcp-service",
         &["--listen", "127.0.0.1:0", "--registry", &registry.url()],
-        &[otel.as_slice(), &[("MCP_SERVICE_METRICS_LISTEN", &format!("127.0.0.1:{mcp_metrics}"))]].concat(),
+        &[otel.as_slice(), &[("MCP_SERVICE_METRICS_LISTEN", &format!("127.0.0.1:{mcp_metrics}")), ONE_THREAD]].concat(),
         "mcp-service",
     )
     .await;

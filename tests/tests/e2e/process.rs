@@ -20,6 +20,18 @@ async fn every_service_exits_zero_on_sigterm() {
 }
 
 #[tokio::test]
+async fn every_service_on_one_thread_exits_zero_on_sigterm() {
+    let stack = Stack::microservices_on_one_thread().await;
+    for proc in stack.procs.into_iter().rev() {
+        let name = proc.name.clone();
+        let logs = proc.logs.clone();
+        let status = proc.terminate().await;
+        assert!(status.success(), "{name} exited with {status}; logs:\n{}", logs.lock().expect("logs").join("\n"));
+        assert!(logs.lock().expect("logs").iter().any(|l| l.contains("stopped")), "{name} logged its stop");
+    }
+}
+
+#[tokio::test]
 async fn configuration_from_file_and_environment() {
     let dir = tempfile::tempdir().expect("tempdir");
     let file = dir.path().join("registry.toml");
