@@ -293,7 +293,11 @@ async fn mcp_post(
         let mut held = gw.cache.held(key);
         if held.is_none() && method == "resources/read" {
             match gw.cache.turn(key) {
-                crate::cache::Turn::Lead(lead) => going_first = Some(lead),
+                crate::cache::Turn::Lead(lead) => {
+                    going_first = Some(lead);
+                    // A first read that ended between the look and the turn kept its answer.
+                    held = gw.cache.held(key);
+                }
                 crate::cache::Turn::Wait(first) => {
                     crate::cache::ResultCache::wait(first).await;
                     held = gw.cache.held(key);

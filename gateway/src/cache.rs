@@ -19,12 +19,14 @@
 //! Reads of the same resource that arrive together while nothing is held for it do not all
 //! carry the contents: the first goes on ([`Turn::Lead`]), the others wait for it
 //! ([`Turn::Wait`]) and then send the name it was answered with, so each is still checked by
-//! mcp-service and the registry but the megabyte crosses once. A resource whose answer cannot
+//! mcp-service and the registry but the megabyte crosses once (with a read `ttlMs` above 0, as
+//! for any read within it, the gateway answers them from the result it holds). A resource whose answer cannot
 //! be kept (it depends on the caller, is too large, or failed) is not waited for again
 //! ([`Turn::Alone`]) until an answer of it is kept.
 
 use std::collections::{HashMap, HashSet};
 use std::convert::Infallible;
+use std::hash::BuildHasher as _;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, RwLock};
@@ -104,15 +106,19 @@ pub struct ResultCache {
 struct Flights {
     /// Per key, the read that went first: a receiver of its channel, which closes when it ends.
     leading: HashMap<Box<[u8]>, watch::Receiver<()>>,
-    /// Keys whose last answer was not kept: their reads do not wait for one another.
-    alone: HashSet<Box<[u8]>>,
+    /// Keys whose last answer was not kept, by their hash (a key may be as long as a request's
+    /// body; two keys of one hash only means a read that does not wait): their reads do not
+    /// wait for one another.
+    alone: HashSet<u64>,
+    /// Keyed at random per process, so that nobody can choose keys of one hash.
+    hasher: std::hash::RandomState,
 }
 
 /// The most keys remembered as [`Flights::alone`] (forgotten all at once past it).
 const ALONE_MOST: usize = 4096;
 
 /// The longest a read waits for the one that went first before it goes on by itself.
-const WAIT_MOST: Duration = Duration::from_secs(10);
+const WAIT_MOST: Duration = Duration::from_secs(5);
 
 /// Whether a read with nothing held goes first, waits for another, or goes alone.
 pub enum Turn<'a> {
@@ -128,19 +134,26 @@ pub enum Turn<'a> {
 pub struct Lead<'a> {
     cache: &'a ResultCache,
     key: Box<[u8]>,
+    /// The catalog it went first in: an answer from an older one says nothing of the current.
+    fingerprint: u64,
     _ends: watch::Sender<()>,
 }
 
 impl Drop for Lead<'_> {
     fn drop(&mut self) {
-        let kept = self.cache.entries.read().is_ok_and(|e| e.map.contains_key(&self.key));
+        // The entries before the flights, as `keep` and `serving` take them: a result kept
+        // meanwhile is seen.
+        let entries = self.cache.entries.read();
+        let kept = entries.as_ref().is_ok_and(|e| e.map.contains_key(&self.key));
+        let same_catalog = self.cache.fingerprint.load(Ordering::Acquire) == self.fingerprint;
         if let Ok(mut flights) = self.cache.flights.lock() {
             flights.leading.remove(&self.key);
-            if !kept {
+            if !kept && same_catalog {
                 if flights.alone.len() >= ALONE_MOST {
                     flights.alone.clear();
                 }
-                flights.alone.insert(std::mem::take(&mut self.key));
+                let hash = flights.hasher.hash_one(&self.key);
+                flights.alone.insert(hash);
             }
         }
     }
@@ -151,10 +164,15 @@ impl ResultCache {
         Self { fingerprint: AtomicU64::new(0), entries: RwLock::default(), budget, flights: Mutex::default() }
     }
 
-    /// For a read of `key` with nothing held: go first, wait for the read under way, or go alone.
+    /// For a read of `key` with nothing held: go first, wait for the read under way, or go alone
+    /// (always while the catalog is unknown: then nothing can be kept).
     pub fn turn(&self, key: &[u8]) -> Turn<'_> {
+        let fingerprint = self.fingerprint.load(Ordering::Acquire);
+        if fingerprint == 0 {
+            return Turn::Alone;
+        }
         let Ok(mut flights) = self.flights.lock() else { return Turn::Alone };
-        if flights.alone.contains(key) {
+        if flights.alone.contains(&flights.hasher.hash_one(key)) {
             return Turn::Alone;
         }
         if let Some(first) = flights.leading.get(key) {
@@ -162,7 +180,7 @@ impl ResultCache {
         }
         let (ends, ended) = watch::channel(());
         flights.leading.insert(key.into(), ended);
-        Turn::Lead(Lead { cache: self, key: key.into(), _ends: ends })
+        Turn::Lead(Lead { cache: self, key: key.into(), fingerprint, _ends: ends })
     }
 
     /// Until the read that went first has ended (at most [`WAIT_MOST`]).
@@ -255,7 +273,8 @@ impl ResultCache {
         if let Ok(mut flights) = self.flights.lock()
             && !flights.alone.is_empty()
         {
-            flights.alone.remove(&key);
+            let hash = flights.hasher.hash_one(&key);
+            flights.alone.remove(&hash);
         }
         if let Some(old) = entries.map.insert(key, entry) {
             entries.bytes -= old.cost(key_len);
@@ -269,7 +288,10 @@ impl ResultCache {
         {
             entries.map.clear();
             entries.bytes = 0;
-            if let Ok(mut flights) = self.flights.lock() {
+            // A new catalog (not merely an unknown one) may make answers keepable.
+            if fingerprint != 0
+                && let Ok(mut flights) = self.flights.lock()
+            {
                 flights.alone.clear();
             }
         }
@@ -434,13 +456,21 @@ mod tests {
         assert!(matches!(cache.turn(&other), Turn::Alone));
         assert!(matches!(cache.turn(&other), Turn::Alone));
         cache.keep(other.clone(), "1", &named);
-        cache.serving(8);
         assert!(matches!(cache.turn(&other), Turn::Lead(_)), "kept once: reads wait for one another again");
+        cache.serving(8);
         // A first read that goes away (its client left) lets the others go at once.
         let Turn::Lead(first) = cache.turn(&key) else { panic!("nothing held in the new catalog") };
         let Turn::Wait(waiting) = cache.turn(&key) else { panic!("the second waits") };
         drop(first);
         tokio::time::timeout(Duration::from_secs(5), ResultCache::wait(waiting)).await.expect("not held up");
+        // A first read of an older catalog says nothing of the new one.
+        let Turn::Lead(stale) = cache.turn(&other) else { panic!("nothing held in the new catalog") };
+        cache.serving(9);
+        drop(stale);
+        assert!(matches!(cache.turn(&other), Turn::Lead(_)));
+        // While the catalog is unknown nothing can be kept: nobody waits.
+        cache.serving(0);
+        let Turn::Alone = cache.turn(&key) else { panic!("no first read without a catalog") };
     }
 
     #[test]
