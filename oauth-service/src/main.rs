@@ -13,6 +13,7 @@ fn main() {
                     if !out.is_empty() {
                         println!("{out}");
                     }
+                    telemetry.finish().await;
                     return;
                 }
                 Err(e) => {

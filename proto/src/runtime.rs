@@ -129,12 +129,22 @@ pub fn shutdown_on_signal() -> CancellationToken {
     // meet the default action, which ends the process at once.
     #[cfg(unix)]
     {
-        use tokio::signal::unix::{SignalKind, signal};
-        if let (Ok(mut term), Ok(mut interrupt)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) {
+        use tokio::signal::unix::{Signal, SignalKind, signal};
+        let (term, interrupt) = (signal(SignalKind::terminate()).ok(), signal(SignalKind::interrupt()).ok());
+        if term.is_some() || interrupt.is_some() {
+            // Whichever was installed (a handler that could not be is never heard).
+            async fn heard(signal: Option<Signal>) {
+                match signal {
+                    Some(mut signal) => {
+                        signal.recv().await;
+                    }
+                    None => std::future::pending().await,
+                }
+            }
             tokio::spawn(async move {
                 tokio::select! {
-                    _ = term.recv() => {}
-                    _ = interrupt.recv() => {}
+                    () = heard(term) => {}
+                    () = heard(interrupt) => {}
                 }
                 tracing::info!("shutdown requested");
                 t.cancel();

@@ -124,6 +124,14 @@ pub fn init(service: &'static str) -> Telemetry {
         tracing_opentelemetry::layer().with_tracer(provider.tracer(service)).with_filter(targets)
     });
     let _ = tracing_subscriber::registry().with(fmt).with(otel).try_init();
+    if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+        let flavor = match runtime.runtime_flavor() {
+            tokio::runtime::RuntimeFlavor::CurrentThread => "current_thread",
+            tokio::runtime::RuntimeFlavor::MultiThread => "multi_thread",
+            _ => "other",
+        };
+        tracing::info!(runtime = flavor, workers = runtime.metrics().num_workers(), "runtime");
+    }
     if let Some(e) = problem {
         tracing::warn!(error = %e, "traces are off: the OTLP exporter could not be set up");
     }

@@ -20,6 +20,7 @@ fn main() {
                         c.templates.len(),
                         c.prompts.len()
                     );
+                    telemetry.finish().await;
                     return;
                 }
                 Err(e) => {

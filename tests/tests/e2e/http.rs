@@ -171,9 +171,8 @@ async fn progress_streams(c: &Client) {
     assert_eq!(r.json["result"]["resultType"], "complete");
 }
 
-#[tokio::test]
-async fn standalone_serves_both_eras() {
-    let stack = Stack::standalone().await;
+/// A legacy session, the modern sequence and progress streams through `stack`.
+async fn serves_both_eras(stack: Stack) {
     let c = stack.client();
     legacy_session(&c).await;
     modern_sequence(&c).await;
@@ -181,22 +180,19 @@ async fn standalone_serves_both_eras() {
 }
 
 #[tokio::test]
+async fn standalone_serves_both_eras() {
+    serves_both_eras(Stack::standalone().await).await;
+}
+
+#[tokio::test]
 async fn microservices_serve_both_eras() {
-    let stack = Stack::microservices().await;
-    let c = stack.client();
-    legacy_session(&c).await;
-    modern_sequence(&c).await;
-    progress_streams(&c).await;
+    serves_both_eras(Stack::microservices().await).await;
 }
 
 /// With one CPU each service runs on a single-threaded runtime (`mcp_proto::runtime::serve`).
 #[tokio::test]
 async fn microservices_on_one_thread_serve_both_eras() {
-    let stack = Stack::microservices_on_one_thread().await;
-    let c = stack.client();
-    legacy_session(&c).await;
-    modern_sequence(&c).await;
-    progress_streams(&c).await;
+    serves_both_eras(Stack::microservices_on_one_thread().await).await;
 }
 
 #[tokio::test]
