@@ -41,6 +41,7 @@ pub async fn main(binary: &'static str, standalone: Option<Standalone>) {
         (false, _) => None,
     };
     let config = cli.load().unwrap_or_else(|e| refuse_config(binary, e));
+    mcp_proto::telemetry::log_runtime();
     let shutdown = mcp_proto::runtime::shutdown_on_signal();
     let outcome = match embedded {
         Some(run) => run(config, shutdown).await,

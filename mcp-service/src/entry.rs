@@ -30,6 +30,7 @@ pub async fn main(binary: &'static str, embedded: Option<EmbeddedRegistry>) {
         None if embedded.is_none() => refuse_config(binary, crate::NO_EMBEDDED_REGISTRY),
         _ => {}
     }
+    mcp_proto::telemetry::log_runtime();
     let shutdown = mcp_proto::runtime::shutdown_on_signal();
     let outcome = if cli.stdio {
         crate::run_stdio(config, embedded, shutdown).await

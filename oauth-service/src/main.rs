@@ -22,6 +22,7 @@ fn main() {
                 }
             }
         }
+        mcp_proto::telemetry::log_runtime();
         let shutdown = mcp_proto::runtime::shutdown_on_signal();
         if let Err(e) = oauth_service::run(config, shutdown).await {
             tracing::error!(error = %e, "oauth-service failed");

@@ -124,6 +124,16 @@ pub fn init(service: &'static str) -> Telemetry {
         tracing_opentelemetry::layer().with_tracer(provider.tracer(service)).with_filter(targets)
     });
     let _ = tracing_subscriber::registry().with(fmt).with(otel).try_init();
+    if let Some(e) = problem {
+        tracing::warn!(error = %e, "traces are off: the OTLP exporter could not be set up");
+    }
+    init_metrics();
+    Telemetry { tracer }
+}
+
+/// Log the runtime a service serves on (its kind and worker threads): called as it starts
+/// serving, not by the one-shot admin commands, whose output stays their own.
+pub fn log_runtime() {
     if let Ok(runtime) = tokio::runtime::Handle::try_current() {
         let flavor = match runtime.runtime_flavor() {
             tokio::runtime::RuntimeFlavor::CurrentThread => "current_thread",
@@ -132,11 +142,6 @@ pub fn init(service: &'static str) -> Telemetry {
         };
         tracing::info!(runtime = flavor, workers = runtime.metrics().num_workers(), "runtime");
     }
-    if let Some(e) = problem {
-        tracing::warn!(error = %e, "traces are off: the OTLP exporter could not be set up");
-    }
-    init_metrics();
-    Telemetry { tracer }
 }
 
 /// Install the Prometheus recorder once per process.

@@ -29,6 +29,7 @@ fn main() {
                 }
             }
         }
+        mcp_proto::telemetry::log_runtime();
         let shutdown = mcp_proto::runtime::shutdown_on_signal();
         if let Err(e) = registry_service::run(config, shutdown).await {
             tracing::error!(error = %e, "registry-service failed");
