@@ -19,10 +19,10 @@
 //! Reads of the same resource that arrive together while nothing is held for it do not all
 //! carry the contents: the first goes on ([`Turn::Lead`]), the others wait for it
 //! ([`Turn::Wait`]) and then send the name it was answered with, so each is still checked by
-//! mcp-service and the registry but the megabyte crosses once (with a read `ttlMs` above 0, as
-//! for any read within it, the gateway answers them from the result it holds). A resource whose answer cannot
-//! be kept (it depends on the caller, is too large, or failed) is not waited for again
-//! ([`Turn::Alone`]) until an answer of it is kept.
+//! mcp-service and the registry but the megabyte crosses once (with a read `ttlMs` above 0,
+//! as for any read within it, the gateway answers them from the result it holds). A resource
+//! whose answer cannot be kept (it depends on the caller, is too large, or failed) is not
+//! waited for again ([`Turn::Alone`]) until an answer of it is kept.
 
 use std::collections::{HashMap, HashSet};
 use std::convert::Infallible;

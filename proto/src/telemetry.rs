@@ -39,11 +39,16 @@ impl Telemetry {
     /// exporter's connection is one of the runtime's tasks, which a single-threaded runtime
     /// blocked in the flush would never run. A service calls this at the end of its `main`.
     pub async fn finish(mut self) {
-        if let Some(provider) = self.tracer.take()
-            && let Ok(Err(e)) = tokio::task::spawn_blocking(move || provider.shutdown()).await
-        {
-            eprintln!("telemetry: flushing traces failed: {e}");
+        if let Some(provider) = self.tracer.take() {
+            let _ = tokio::task::spawn_blocking(move || flush(provider)).await;
         }
+    }
+}
+
+/// Flush pending spans and stop the exporter, blocking until done.
+fn flush(provider: SdkTracerProvider) {
+    if let Err(e) = provider.shutdown() {
+        eprintln!("telemetry: flushing traces failed: {e}");
     }
 }
 
@@ -53,17 +58,12 @@ impl Drop for Telemetry {
     /// flush goes to a thread of its own and spans still pending may be lost when the process ends.
     fn drop(&mut self) {
         let Some(provider) = self.tracer.take() else { return };
-        let flush = move || {
-            if let Err(e) = provider.shutdown() {
-                eprintln!("telemetry: flushing traces failed: {e}");
-            }
-        };
         let one_thread = tokio::runtime::Handle::try_current()
             .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::CurrentThread);
         if one_thread {
-            std::thread::spawn(flush);
+            std::thread::spawn(move || flush(provider));
         } else {
-            flush();
+            flush(provider);
         }
     }
 }
