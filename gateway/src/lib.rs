@@ -89,13 +89,10 @@ pub async fn serve_with(
     let mcp_url = config.mcp_service.clone().ok_or_else(|| Error::Config("mcp_service: not set".into()))?;
     let oauth_url = config.oauth_service.clone().ok_or_else(|| Error::Config("oauth_service: not set".into()))?;
     let target = mcp_proto::balance::Target::parse(&mcp_url).map_err(|e| Error::Config(format!("mcp_service: {e}")))?;
-    let channel = mcp_proto::balance::connect("mcp-service", &target, |endpoint| {
-        endpoint
-            .connect_timeout(Duration::from_secs(5))
-            .tcp_nodelay(true)
-            .http2_keep_alive_interval(Duration::from_secs(30))
-    })
-    .map_err(|e| Error::Config(format!("mcp_service: {e}")))?;
+    let settings =
+        mcp_proto::link::Settings { keep_alive: Some(Duration::from_secs(30)), ..mcp_proto::link::Settings::default() };
+    let channel = mcp_proto::balance::connect("mcp-service", &target, settings)
+        .map_err(|e| Error::Config(format!("mcp_service: {e}")))?;
     let auth = if config.auth == "off" {
         None
     } else {

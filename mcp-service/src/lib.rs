@@ -61,10 +61,8 @@ pub enum StartError {
 /// list, or `dns:///host:port`: see [`mcp_proto::balance`]). Call inside the runtime.
 pub fn registry_client(target: &str) -> Result<RegistryClient<GrpcChannel>, StartError> {
     let parsed = mcp_proto::balance::Target::parse(target).map_err(StartError::RegistryTarget)?;
-    let channel = mcp_proto::balance::connect("registry-service", &parsed, |endpoint| {
-        endpoint.connect_timeout(std::time::Duration::from_secs(5)).tcp_nodelay(true)
-    })
-    .map_err(StartError::RegistryTarget)?;
+    let channel = mcp_proto::balance::connect("registry-service", &parsed, mcp_proto::link::Settings::default())
+        .map_err(StartError::RegistryTarget)?;
     Ok(RegistryClient::new(channel))
 }
 
@@ -164,7 +162,7 @@ pub async fn serve(
     let (health, health_service) = tonic_health::server::health_reporter();
     health.set_serving::<McpServiceServer<server::McpGrpc>>().await;
     tracing::info!(service = "mcp-service", %addr, "listening");
-    let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
+    let incoming = mcp_proto::socket::incoming(listener);
     let sessions = engine.clone();
     tonic::transport::Server::builder()
         .add_service(health_service)

@@ -35,8 +35,9 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 use tonic::body::Body;
-use tonic::transport::{Channel, Endpoint};
-use tower::{Service, ServiceExt as _};
+use tower::Service;
+
+use crate::link::{Link, Settings};
 
 use crate::transport::{GrpcChannel, TransportError};
 
@@ -110,11 +111,12 @@ impl Target {
     }
 }
 
-/// An `http(s)://host:port` URL with nothing after the authority but an optional `/`.
+/// An `http://host:port` URL with nothing after the authority but an optional `/` (the
+/// services speak plain HTTP/2 to one another: see [`crate::link`]).
 fn check_url(url: &str) -> Result<(), String> {
     let parsed = url::Url::parse(url).map_err(|e| format!("not a URL ({e})"))?;
-    if !matches!(parsed.scheme(), "http" | "https") {
-        return Err("the scheme must be http or https (or the target dns:///host:port)".into());
+    if parsed.scheme() != "http" {
+        return Err("the scheme must be http (or the target dns:///host:port)".into());
     }
     if parsed.host_str().is_none_or(str::is_empty) {
         return Err("the host is missing".into());
@@ -125,7 +127,7 @@ fn check_url(url: &str) -> Result<(), String> {
     if parsed.path() != "/" || parsed.query().is_some() || parsed.fragment().is_some() {
         return Err("only scheme, host and port may be given".into());
     }
-    Endpoint::from_shared(url.to_owned()).map(drop).map_err(|e| format!("not a URL ({e})"))
+    Link::new(url, Settings::default()).map(drop)
 }
 
 /// The largest HTTP/2 frame this process accepts from the services it calls (the HTTP/2
@@ -133,22 +135,14 @@ fn check_url(url: &str) -> Result<(), String> {
 /// poll, a header and a wake-up fewer.
 pub const MAX_FRAME_SIZE: u32 = 256 * 1024;
 
-/// A channel to `target`, every connection set up by `configure` (timeouts, keep-alive).
+/// A channel to `target`, every connection set up with `settings` (timeouts, keep-alive).
 /// `component` names the other side in logs, errors and the `grpc_upstream_replicas` gauge.
 /// Must be called inside a Tokio runtime (a `dns:///` target resolves in a task of its own,
 /// which ends when the channel and all its clones are gone).
-pub fn connect(
-    component: &'static str,
-    target: &Target,
-    configure: impl Fn(Endpoint) -> Endpoint + Send + Sync + 'static,
-) -> Result<GrpcChannel, String> {
-    let endpoint = move |url: &str| {
-        Endpoint::from_shared(url.to_owned())
-            .map(|e| configure(e.max_frame_size(MAX_FRAME_SIZE)))
-            .map_err(|e| format!("`{url}`: not a URL ({e})"))
-    };
+pub fn connect(component: &'static str, target: &Target, settings: Settings) -> Result<GrpcChannel, String> {
+    let endpoint = move |url: &str| Link::new(url, settings).map_err(|e| format!("`{url}`: {e}"));
     match target {
-        Target::Single(url) => Ok(crate::transport::network(endpoint(url)?.connect_lazy())),
+        Target::Single(url) => Ok(crate::transport::network(endpoint(url)?)),
         Target::List(urls) => {
             let mut members = Vec::with_capacity(urls.len());
             for url in urls {
@@ -185,7 +179,7 @@ async fn resolve(
     port: u16,
     tx: watch::Sender<Vec<Arc<Member>>>,
     pool: Weak<Pool>,
-    make: impl Fn(SocketAddr) -> Result<Endpoint, String> + Send,
+    make: impl Fn(SocketAddr) -> Result<Link, String> + Send,
 ) {
     let mut failing = false;
     loop {
@@ -261,19 +255,19 @@ struct Member {
     component: &'static str,
     key: String,
     probe: Probe,
-    channel: Channel,
+    channel: Link,
     state: AtomicU8,
     /// Calls sent and not yet answered to the end (a stream counts until it ends).
     in_flight: Arc<AtomicUsize>,
 }
 
 impl Member {
-    fn new(component: &'static str, key: String, probe: Probe, endpoint: Endpoint) -> Arc<Self> {
+    fn new(component: &'static str, key: String, probe: Probe, link: Link) -> Arc<Self> {
         Arc::new(Member {
             component,
             key,
             probe,
-            channel: endpoint.connect_lazy(),
+            channel: link,
             state: AtomicU8::new(PROBING),
             in_flight: Arc::new(AtomicUsize::new(0)),
         })
@@ -472,19 +466,14 @@ impl Service<http::Request<Body>> for Balanced {
 /// One call on one replica; a failure sets the replica aside.
 async fn send(member: &Arc<Member>, request: http::Request<Body>) -> Result<http::Response<Body>, TransportError> {
     let call = (!LONG_LIVED.contains(&request.uri().path())).then(|| InFlight::new(&member.in_flight));
-    let mut channel = member.channel.clone();
-    let outcome = match channel.ready().await {
-        Ok(ready) => ready.call(request).await,
-        Err(e) => Err(e),
-    };
-    match outcome {
+    match member.channel.call(request).await {
         Ok(response) => Ok(match call {
             Some(call) => response.map(|body| Body::new(Counted { body, _call: call })),
             None => response,
         }),
         Err(e) => {
             member.failed();
-            Err(TransportError::from(e))
+            Err(e)
         }
     }
 }
@@ -611,7 +600,7 @@ mod tests {
                     "test",
                     u.clone(),
                     Probe::Name(p.host_str().expect("test setup").into(), p.port().expect("test setup")),
-                    Endpoint::from_shared(u.clone()).expect("test setup"),
+                    Link::new(u, Settings::default()).expect("test setup"),
                 )
             })
             .collect();

@@ -10,17 +10,21 @@
 //! - [`runtime`]: logging, configuration loading and shutdown signals shared by the binaries.
 //! - [`transport`]: one type for a gRPC connection over the network or in process.
 //! - [`balance`]: targets of one or several replicas, and calls spread over them.
+//! - [`link`]: one replica's HTTP/2 connection for gRPC calls.
+//! - [`socket`]: sockets between the services, written in batches.
 //! - [`header_codec`]: the `=?base64?…?=` sentinel used by `Mcp-Name` and `Mcp-Param-*`.
 
 pub mod balance;
 pub mod envelope;
 pub mod header_codec;
 pub mod jsonrpc;
+pub mod link;
 pub mod log_fields;
 pub mod mimalloc;
 pub mod outbound;
 pub mod resident;
 pub mod runtime;
+pub mod socket;
 pub mod telemetry;
 pub mod templates;
 pub mod transport;

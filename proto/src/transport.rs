@@ -1,4 +1,4 @@
-//! How a service reaches another's gRPC service: over the network (a tonic [`Channel`]), or,
+//! How a service reaches another's gRPC service: over the network (a [`crate::link::Link`]), or,
 //! when both run in one process (standalone mode), by calling the generated server directly.
 //!
 //! Both are the same type, so callers are written once. In process, the request still goes
@@ -11,7 +11,6 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use tonic::body::Body;
-use tonic::transport::Channel;
 use tower::ServiceExt as _;
 use tower::util::BoxCloneSyncService;
 
@@ -20,86 +19,101 @@ pub type GrpcChannel = BoxCloneSyncService<http::Request<Body>, http::Response<B
 
 /// Why a call did not reach the other component (a concrete type: the generated clients'
 /// futures stay `Send` with it, where a boxed trait object as error type trips the compiler).
+/// Its source is the gRPC status the call ends with (tonic finds it in the chain), coded as
+/// gRPC says for HTTP/2 failures: a call that could not be made is `UNAVAILABLE`.
 #[derive(Debug)]
-pub struct TransportError(Failure);
+pub struct TransportError {
+    failure: Failure,
+    status: tonic::Status,
+}
 
 #[derive(Debug)]
 enum Failure {
-    Connection(tonic::transport::Error),
+    /// No connection could be made (refused, unreachable, timed out, or the handshake failed).
+    Connect,
+    /// The connection or the call's stream failed.
+    Stream(h2::Error),
     /// A `dns:///` target with no address (see [`crate::balance`]).
-    NoReplica(&'static str),
-    /// The request body could not be read (to be kept for a retry).
-    Request(tonic::Status),
+    NoReplica,
+    /// The request body could not be read.
+    Request,
 }
 
 impl TransportError {
     pub(crate) fn no_replica(component: &'static str) -> Self {
-        TransportError(Failure::NoReplica(component))
+        let message = format!("no replica of {component} is known (its name resolves to nothing)");
+        TransportError { failure: Failure::NoReplica, status: tonic::Status::unavailable(message) }
     }
 
     pub(crate) fn request(status: tonic::Status) -> Self {
-        TransportError(Failure::Request(status))
+        TransportError { failure: Failure::Request, status }
     }
 
-    /// Whether the other side certainly did not process the request: the connection was
-    /// refused, the HTTP/2 stream was refused, or the request was never sent (the connection
-    /// had closed, or the server had announced a graceful shutdown before it).
-    pub fn never_processed(&self) -> bool {
-        let Failure::Connection(error) = &self.0 else { return false };
-        let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(error);
-        while let Some(e) = cause {
-            if let Some(io) = e.downcast_ref::<std::io::Error>()
-                && io.kind() == std::io::ErrorKind::ConnectionRefused
-            {
-                return true;
-            }
-            if let Some(h2) = e.downcast_ref::<h2::Error>() {
-                return h2.reason() == Some(h2::Reason::REFUSED_STREAM)
-                    || (h2.is_go_away() && h2.is_remote() && h2.reason() == Some(h2::Reason::NO_ERROR));
-            }
-            if let Some(hyper) = e.downcast_ref::<hyper::Error>()
-                && hyper.is_canceled()
-            {
-                return true;
-            }
-            cause = e.source();
+    pub(crate) fn connect(error: std::io::Error) -> Self {
+        TransportError {
+            failure: Failure::Connect,
+            status: tonic::Status::unavailable(format!("cannot connect: {error}")),
         }
-        false
+    }
+
+    pub(crate) fn stream(error: h2::Error) -> Self {
+        TransportError { status: status_of(&error), failure: Failure::Stream(error) }
+    }
+
+    /// Whether the other side certainly did not process the request: no connection was made,
+    /// the HTTP/2 stream was refused, or the request was never sent (the server had announced
+    /// a graceful shutdown before it).
+    pub fn never_processed(&self) -> bool {
+        match &self.failure {
+            Failure::Connect => true,
+            Failure::Stream(h2) => {
+                h2.reason() == Some(h2::Reason::REFUSED_STREAM)
+                    || (h2.is_go_away() && h2.is_remote() && h2.reason() == Some(h2::Reason::NO_ERROR))
+            }
+            Failure::NoReplica | Failure::Request => false,
+        }
     }
 }
 
-impl From<tonic::transport::Error> for TransportError {
-    fn from(error: tonic::transport::Error) -> Self {
-        TransportError(Failure::Connection(error))
-    }
+/// The gRPC status of a call that an HTTP/2 failure ended: a connection that broke or went away
+/// is `UNAVAILABLE` (the call may be made again); a stream reset is coded by its reason, as
+/// gRPC's HTTP/2 mapping says.
+pub(crate) fn status_of(error: &h2::Error) -> tonic::Status {
+    use h2::Reason;
+    use tonic::Code;
+    let code = if error.is_io() || error.is_go_away() {
+        Code::Unavailable
+    } else {
+        match error.reason() {
+            Some(Reason::REFUSED_STREAM) => Code::Unavailable,
+            Some(Reason::CANCEL) => Code::Cancelled,
+            Some(Reason::ENHANCE_YOUR_CALM) => Code::ResourceExhausted,
+            Some(Reason::INADEQUATE_SECURITY) => Code::PermissionDenied,
+            Some(_) => Code::Internal,
+            None => Code::Unknown,
+        }
+    };
+    tonic::Status::new(code, format!("HTTP/2: {error}"))
 }
 
 impl std::fmt::Display for TransportError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match &self.0 {
-            Failure::Connection(e) => e.fmt(f),
-            Failure::NoReplica(component) => {
-                write!(f, "no replica of {component} is known (its name resolves to nothing)")
-            }
-            Failure::Request(status) => write!(f, "the request could not be read: {}", status.message()),
+        match self.failure {
+            Failure::Request => write!(f, "the request could not be read: {}", self.status.message()),
+            _ => f.write_str(self.status.message()),
         }
     }
 }
 
 impl std::error::Error for TransportError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match &self.0 {
-            Failure::Connection(e) => Some(e),
-            // tonic finds the status in the chain and keeps its code.
-            Failure::Request(status) => Some(status),
-            Failure::NoReplica(_) => None,
-        }
+        Some(&self.status)
     }
 }
 
-/// A connection over the network.
-pub fn network(channel: Channel) -> GrpcChannel {
-    BoxCloneSyncService::new(OneFrame(channel))
+/// A connection over the network to one address (see [`crate::link`]).
+pub fn network(link: crate::link::Link) -> GrpcChannel {
+    BoxCloneSyncService::new(Network(link))
 }
 
 /// `request`'s body read into one piece. Every RPC of the platform sends one message, and
@@ -122,27 +136,22 @@ pub(crate) fn in_one_frame(parts: http::request::Parts, message: bytes::Bytes) -
     http::Request::from_parts(parts, Body::new(http_body_util::Full::new(message)))
 }
 
-/// A channel that sends each request's body in one frame ([`read_message`]).
 #[derive(Clone)]
-struct OneFrame(Channel);
+struct Network(crate::link::Link);
 
-impl tower::Service<http::Request<Body>> for OneFrame {
+impl tower::Service<http::Request<Body>> for Network {
     type Response = http::Response<Body>;
     type Error = TransportError;
     type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Self::Error>> + Send>>;
 
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        self.0.poll_ready(cx).map_err(TransportError::from)
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        // The connection is made, or its readiness awaited, in `call`.
+        Poll::Ready(Ok(()))
     }
 
     fn call(&mut self, request: http::Request<Body>) -> Self::Future {
-        // The channel made ready goes with the call (it holds the call's place); a clone stays.
-        let clone = self.0.clone();
-        let mut ready = std::mem::replace(&mut self.0, clone);
-        Box::pin(async move {
-            let (parts, message) = read_message(request).await?;
-            ready.call(in_one_frame(parts, message)).await.map_err(TransportError::from)
-        })
+        let link = self.0.clone();
+        Box::pin(async move { link.call(request).await })
     }
 }
 

@@ -96,7 +96,7 @@ pub async fn serve(
         .await;
     let service = server::RegistryService::new(catalog).with_draining(shutdown.clone());
     tracing::info!(service = "registry-service", %addr, "listening");
-    let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
+    let incoming = mcp_proto::socket::incoming(listener);
     let drain = shutdown.clone();
     let reporter = health_reporter.clone();
     tonic::transport::Server::builder()

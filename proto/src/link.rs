@@ -1,0 +1,448 @@
+//! One replica's HTTP/2 connection for gRPC calls, on the `h2` crate alone.
+//!
+//! Every RPC of the platform sends one message. A call here is one `send_request` and one
+//! `send_data` that ends the stream, both queued on the connection before it writes: the
+//! headers and the message leave in the same write, together with those of every other call
+//! made meanwhile (see [`crate::socket`]). Through tonic's channel each call passed its buffer
+//! task, hyper's dispatch to its connection task and a task hyper spawns for the body (which
+//! waits for the stream's send window, granted only once the headers are out), and the
+//! message left apart from its headers.
+//!
+//! What tonic's channel did and this does too:
+//!
+//! - connecting when first used, with a bounded wait and `TCP_NODELAY`;
+//! - connecting again for the next call once the connection has ended (the call that saw it
+//!   end fails; [`crate::balance`] sends a call never processed to another replica);
+//! - HTTP/2 keep-alive: a PING every interval, the connection closed when none comes back
+//!   within a bounded wait (20 s by default, as tonic's);
+//! - flow control: received data is handed back to the window as it is read, with windows
+//!   as large as hyper's (a 1 MiB answer does not wait for window updates).
+//!
+//! Only `http://` is spoken (the platform's services talk plain HTTP/2 inside the cluster;
+//! TLS, when wanted, is the service mesh's).
+
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, ready};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body::Frame;
+use tokio::net::TcpStream;
+use tokio_util::sync::CancellationToken;
+
+use crate::socket::Unvectored;
+use crate::transport::TransportError;
+
+/// The receive windows (hyper's client defaults): a stream may have 2 MiB in flight, the
+/// connection 5 MiB.
+const STREAM_WINDOW: u32 = 2 * 1024 * 1024;
+const CONNECTION_WINDOW: u32 = 5 * 1024 * 1024;
+
+/// How a connection is set up.
+#[derive(Clone, Copy, Debug)]
+pub struct Settings {
+    /// The longest wait for the TCP connection and the HTTP/2 handshake.
+    pub connect_timeout: Duration,
+    /// How often to PING the other side; `None`: never.
+    pub keep_alive: Option<Duration>,
+    /// How long a PING may go unanswered before the connection is closed.
+    pub ping_timeout: Duration,
+    /// The largest frame the other side may send.
+    pub max_frame_size: u32,
+}
+
+impl Default for Settings {
+    /// Five seconds to connect, no keep-alive (PINGs answered within 20 s), frames up to [`crate::balance::MAX_FRAME_SIZE`].
+    fn default() -> Self {
+        Settings {
+            connect_timeout: Duration::from_secs(5),
+            keep_alive: None,
+            ping_timeout: Duration::from_secs(20),
+            max_frame_size: crate::balance::MAX_FRAME_SIZE,
+        }
+    }
+}
+
+/// A lazily connected HTTP/2 connection to one address; clones share it.
+#[derive(Clone)]
+pub struct Link(Arc<Shared>);
+
+struct Shared {
+    /// `host:port`, for connecting and for each request's `:authority`.
+    authority: http::uri::Authority,
+    settings: Settings,
+    live: Mutex<Option<Live>>,
+    /// Connections made so far.
+    made: AtomicU64,
+    /// Held while connecting, so that calls arriving meanwhile share one new connection; it
+    /// holds the number of attempts that failed, and the last one's error.
+    connecting: tokio::sync::Mutex<(u64, Option<(std::io::ErrorKind, String)>)>,
+    /// Attempts to connect that failed, as counted in `connecting` (read without waiting).
+    failed: AtomicU64,
+}
+
+/// An open connection. It closes by itself once every handle to it and every stream on it
+/// has gone (h2 says GOAWAY then), so a link dropped leaves nothing running.
+#[derive(Clone)]
+struct Live {
+    send: h2::client::SendRequest<Bytes>,
+    /// Cancelled when the connection has ended.
+    ended: CancellationToken,
+    /// Which of the link's connections this is.
+    number: u64,
+}
+
+impl Link {
+    /// A link to `url` (`http://host:port`, nothing after the authority); nothing is connected
+    /// until the first call.
+    pub fn new(url: &str, settings: Settings) -> Result<Self, String> {
+        let uri: http::Uri = url.parse().map_err(|e| format!("not a URL ({e})"))?;
+        if uri.scheme_str() != Some("http") {
+            return Err("the scheme must be http (plain HTTP/2 inside the cluster)".into());
+        }
+        let authority = uri.authority().cloned().ok_or("the host is missing")?;
+        Ok(Link(Arc::new(Shared {
+            authority,
+            settings,
+            live: Mutex::new(None),
+            made: AtomicU64::new(0),
+            connecting: tokio::sync::Mutex::new((0, None)),
+            failed: AtomicU64::new(0),
+        })))
+    }
+
+    /// Send `request` (its body read whole first) and return the answer as it arrives.
+    pub async fn call(
+        &self,
+        request: http::Request<tonic::body::Body>,
+    ) -> Result<http::Response<tonic::body::Body>, TransportError> {
+        let (mut parts, message) = crate::transport::read_message(request).await?;
+        let mut uri = http::uri::Parts::from(std::mem::take(&mut parts.uri));
+        uri.scheme = Some(http::uri::Scheme::HTTP);
+        uri.authority = Some(self.0.authority.clone());
+        parts.uri =
+            http::Uri::from_parts(uri).map_err(|e| TransportError::request(tonic::Status::internal(e.to_string())))?;
+        let live = self.live().await?;
+        let sent = async {
+            let mut send = live.send.clone().ready().await?;
+            let end = message.is_empty();
+            let (response, mut stream) = send.send_request(http::Request::from_parts(parts, ()), end)?;
+            if !end {
+                stream.send_data(message, true)?;
+            }
+            response.await
+        };
+        match sent.await {
+            Ok(response) => Ok(response.map(|body| tonic::body::Body::new(Incoming { body, trailers: false }))),
+            Err(error) => {
+                // A reset ends one stream; anything else (GOAWAY, a broken socket, a protocol
+                // error) the connection, and the next call connects again.
+                if !error.is_reset() {
+                    self.forget(&live);
+                }
+                Err(TransportError::stream(error))
+            }
+        }
+    }
+
+    /// The open connection, or a new one. Calls that waited while an attempt to connect failed
+    /// fail with its error rather than each trying in turn (each could wait the whole timeout).
+    async fn live(&self) -> Result<Live, TransportError> {
+        if let Some(live) = self.current() {
+            return Ok(live);
+        }
+        let failed_before = self.0.failed.load(Ordering::Acquire);
+        let mut turn = self.0.connecting.lock().await;
+        if let Some(live) = self.current() {
+            return Ok(live);
+        }
+        if turn.0 != failed_before
+            && let Some((kind, message)) = &turn.1
+        {
+            return Err(TransportError::connect(std::io::Error::new(*kind, message.clone())));
+        }
+        match self.connect().await {
+            Ok(live) => {
+                *self.0.live.lock().unwrap_or_else(|p| p.into_inner()) = Some(live.clone());
+                Ok(live)
+            }
+            Err(error) => {
+                turn.0 += 1;
+                turn.1 = Some((error.kind(), error.to_string()));
+                self.0.failed.store(turn.0, Ordering::Release);
+                Err(TransportError::connect(error))
+            }
+        }
+    }
+
+    fn current(&self) -> Option<Live> {
+        let guard = self.0.live.lock().unwrap_or_else(|p| p.into_inner());
+        guard.as_ref().filter(|live| !live.ended.is_cancelled()).cloned()
+    }
+
+    /// Stop using `live` for new calls (a call saw it fail); the calls under way on it finish
+    /// there, and the next call connects again.
+    fn forget(&self, live: &Live) {
+        let mut guard = self.0.live.lock().unwrap_or_else(|p| p.into_inner());
+        if guard.as_ref().is_some_and(|held| held.number == live.number) {
+            *guard = None;
+        }
+    }
+
+    async fn connect(&self) -> Result<Live, std::io::Error> {
+        let settings = self.0.settings;
+        let host = self.0.authority.host().trim_start_matches('[').trim_end_matches(']');
+        let port = self.0.authority.port_u16().unwrap_or(80);
+        let handshake = async {
+            let tcp = TcpStream::connect((host, port)).await?;
+            tcp.set_nodelay(true)?;
+            h2::client::Builder::new()
+                .enable_push(false)
+                .initial_window_size(STREAM_WINDOW)
+                .initial_connection_window_size(CONNECTION_WINDOW)
+                .max_frame_size(settings.max_frame_size)
+                .handshake::<_, Bytes>(Unvectored(tcp))
+                .await
+                .map_err(std::io::Error::other)
+        };
+        let (send, connection) = tokio::time::timeout(settings.connect_timeout, handshake)
+            .await
+            .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "timed out"))??;
+        let ended = CancellationToken::new();
+        let pings = settings.keep_alive.map(|every| (every, settings.ping_timeout));
+        tokio::spawn(drive(connection, pings, ended.clone()));
+        Ok(Live { send, ended, number: self.0.made.fetch_add(1, Ordering::Relaxed) })
+    }
+}
+
+/// Run `connection` until it ends (its handles and streams all gone, or the other side closed
+/// it) or a keep-alive PING (`pings`: every, timeout) goes unanswered.
+async fn drive(
+    mut connection: h2::client::Connection<Unvectored, Bytes>,
+    pings: Option<(Duration, Duration)>,
+    ended: CancellationToken,
+) {
+    let mut pings = pings.and_then(|(every, timeout)| connection.ping_pong().map(|p| (p, every, timeout)));
+    loop {
+        tokio::select! {
+            outcome = &mut connection => {
+                if let Err(error) = outcome {
+                    tracing::debug!(%error, "HTTP/2 connection ended");
+                }
+                break;
+            }
+            answered = ping(pings.as_mut()) => {
+                if !answered {
+                    tracing::warn!("HTTP/2 keep-alive PING unanswered; closing the connection");
+                    break;
+                }
+            }
+        }
+    }
+    ended.cancel();
+}
+
+/// Wait one interval, PING, and say whether the PONG came back in time (never, without pings).
+async fn ping(pings: Option<&mut (h2::PingPong, Duration, Duration)>) -> bool {
+    let Some((pinger, every, timeout)) = pings else { return std::future::pending().await };
+    tokio::time::sleep(*every).await;
+    matches!(tokio::time::timeout(*timeout, pinger.ping(h2::Ping::opaque())).await, Ok(Ok(_)))
+}
+
+/// A response body: the data, each piece handed back to the flow-control window as it is
+/// read, then the trailers (where gRPC puts the call's status).
+struct Incoming {
+    body: h2::RecvStream,
+    trailers: bool,
+}
+
+impl http_body::Body for Incoming {
+    type Data = Bytes;
+    /// As a gRPC status (see [`crate::transport::status_of`]), which tonic's decoder keeps.
+    type Error = tonic::Status;
+
+    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, tonic::Status>>> {
+        if !self.trailers {
+            match ready!(self.body.poll_data(cx)) {
+                Some(Ok(data)) => {
+                    let _ = self.body.flow_control().release_capacity(data.len());
+                    return Poll::Ready(Some(Ok(Frame::data(data))));
+                }
+                Some(Err(error)) => return Poll::Ready(Some(Err(crate::transport::status_of(&error)))),
+                None => self.trailers = true,
+            }
+        }
+        match ready!(self.body.poll_trailers(cx)) {
+            Ok(Some(trailers)) => Poll::Ready(Some(Ok(Frame::trailers(trailers)))),
+            Ok(None) => Poll::Ready(None),
+            Err(error) => Poll::Ready(Some(Err(crate::transport::status_of(&error)))),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::AtomicUsize;
+
+    use http_body_util::BodyExt as _;
+
+    use super::*;
+
+    /// How the test's HTTP/2 server treats a connection after answering its first request.
+    #[derive(Clone, Copy)]
+    enum After {
+        /// Answers every request.
+        Serving,
+        /// Closes the connection.
+        Closing,
+        /// Stops reading it (a peer that hangs: PINGs go unanswered).
+        Hanging,
+    }
+
+    /// An HTTP/2 server on port 0 answering each request with its path as data and
+    /// `grpc-status: 0` as trailers; returns its address and the connections accepted.
+    async fn server(after: After) -> (String, Arc<AtomicUsize>) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("test setup");
+        let url = format!("http://{}", listener.local_addr().expect("test setup"));
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let count = accepted.clone();
+        tokio::spawn(async move {
+            while let Ok((tcp, _)) = listener.accept().await {
+                count.fetch_add(1, Ordering::SeqCst);
+                tokio::spawn(async move {
+                    let mut conn = h2::server::handshake(tcp).await.expect("handshake");
+                    while let Some(Ok((request, mut respond))) = conn.accept().await {
+                        let (parts, mut body) = request.into_parts();
+                        let mut received = Vec::new();
+                        while let Some(Ok(data)) = body.data().await {
+                            let _ = body.flow_control().release_capacity(data.len());
+                            received.extend_from_slice(&data);
+                        }
+                        let answer = format!("{} {} {}", parts.uri, received.len(), String::from_utf8_lossy(&received));
+                        let response = http::Response::builder().header("content-type", "application/grpc");
+                        let mut send =
+                            respond.send_response(response.body(()).expect("test setup"), false).expect("respond");
+                        send.send_data(Bytes::from(answer), false).expect("data");
+                        let mut trailers = http::HeaderMap::new();
+                        trailers.insert("grpc-status", http::HeaderValue::from_static("0"));
+                        send.send_trailers(trailers).expect("trailers");
+                        match after {
+                            After::Serving => {}
+                            After::Closing => {
+                                // Let the answer out, then close.
+                                let _ = tokio::time::timeout(Duration::from_millis(50), conn.accept()).await;
+                                return;
+                            }
+                            After::Hanging => {
+                                let _ = tokio::time::timeout(Duration::from_millis(50), conn.accept()).await;
+                                std::future::pending::<()>().await;
+                            }
+                        }
+                    }
+                });
+            }
+        });
+        (url, accepted)
+    }
+
+    fn request(path: &str, message: &'static [u8]) -> http::Request<tonic::body::Body> {
+        let mut request =
+            http::Request::new(tonic::body::Body::new(http_body_util::Full::new(Bytes::from_static(message))));
+        *request.method_mut() = http::Method::POST;
+        *request.uri_mut() = path.parse().expect("test setup");
+        request
+    }
+
+    /// The answer's data as text and its `grpc-status` trailer.
+    async fn answer(link: &Link, path: &str) -> Result<(String, String), TransportError> {
+        let response = link.call(request(path, b"hello")).await?;
+        let collected = response.into_body().collect().await.expect("a whole answer");
+        let status =
+            collected.trailers().and_then(|t| t.get("grpc-status")).map(|v| v.to_str().unwrap_or("").to_owned());
+        Ok((String::from_utf8_lossy(&collected.to_bytes()).into_owned(), status.unwrap_or_default()))
+    }
+
+    /// A call goes out with the link's scheme and authority and its whole message; the answer's
+    /// data and trailers come back; calls share one connection.
+    #[tokio::test]
+    async fn calls_go_out_whole_and_their_answers_come_back_with_trailers() {
+        let (url, accepted) = server(After::Serving).await;
+        let link = Link::new(&url, Settings::default()).expect("a URL");
+        for path in ["/mcp.v1.McpService/Handle", "/grpc.health.v1.Health/Check"] {
+            let (data, status) = answer(&link, path).await.expect("an answer");
+            assert_eq!(data, format!("{url}{path} 5 hello"));
+            assert_eq!(status, "0");
+        }
+        let mut together = tokio::task::JoinSet::new();
+        for _ in 0..20 {
+            let link = link.clone();
+            together.spawn(async move { answer(&link, "/a/b").await.map(drop) });
+        }
+        while let Some(done) = together.join_next().await {
+            done.expect("joined").expect("an answer");
+        }
+        assert_eq!(accepted.load(Ordering::SeqCst), 1, "one connection for every call");
+    }
+
+    /// A connection the other side closed is made again for the next call.
+    #[tokio::test]
+    async fn a_connection_that_ended_is_made_again_for_the_next_call() {
+        let (url, accepted) = server(After::Closing).await;
+        let link = Link::new(&url, Settings::default()).expect("a URL");
+        for round in 1..=3 {
+            answer(&link, "/a/b").await.expect("an answer");
+            // The server closes after each answer; the link sees it before the next call.
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            assert_eq!(accepted.load(Ordering::SeqCst), round);
+        }
+    }
+
+    /// A peer that stops answering is found out by the keep-alive PING; the next call connects
+    /// again instead of waiting on it for good.
+    #[tokio::test]
+    async fn an_unanswered_ping_closes_the_connection() {
+        let (url, accepted) = server(After::Hanging).await;
+        let settings = Settings {
+            keep_alive: Some(Duration::from_millis(50)),
+            ping_timeout: Duration::from_millis(100),
+            ..Settings::default()
+        };
+        let link = Link::new(&url, settings).expect("a URL");
+        answer(&link, "/a/b").await.expect("an answer");
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        let second = tokio::time::timeout(Duration::from_secs(5), answer(&link, "/a/b")).await;
+        assert!(matches!(second, Ok(Ok(_))), "{second:?}");
+        assert_eq!(accepted.load(Ordering::SeqCst), 2);
+    }
+
+    /// Nothing listening: the call fails as one the other side never processed (so a pool may
+    /// send it to another replica), and a server that starts later is connected to.
+    #[tokio::test]
+    async fn a_refused_connection_was_never_processed() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("test setup");
+        let addr = listener.local_addr().expect("test setup");
+        drop(listener);
+        let link = Link::new(&format!("http://{addr}"), Settings::default()).expect("a URL");
+        let error = answer(&link, "/a/b").await.expect_err("refused");
+        assert!(error.never_processed(), "{error}");
+        assert!(error.to_string().contains("cannot connect"), "{error}");
+        // What the generated client makes of it: UNAVAILABLE, which callers treat as passing.
+        let status = tonic::Status::from_error(Box::new(error));
+        assert_eq!(status.code(), tonic::Code::Unavailable, "{status:?}");
+    }
+
+    #[test]
+    fn only_plain_http_urls_make_links() {
+        assert!(Link::new("http://127.0.0.1:1", Settings::default()).is_ok());
+        assert!(Link::new("http://mcp-service", Settings::default()).is_ok());
+        let https = Link::new("https://127.0.0.1:1", Settings::default()).err().expect("refused");
+        assert!(https.contains("http"), "{https}");
+        assert!(Link::new("not a url", Settings::default()).is_err());
+    }
+}
