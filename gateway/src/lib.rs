@@ -89,9 +89,7 @@ pub async fn serve_with(
     let mcp_url = config.mcp_service.clone().ok_or_else(|| Error::Config("mcp_service: not set".into()))?;
     let oauth_url = config.oauth_service.clone().ok_or_else(|| Error::Config("oauth_service: not set".into()))?;
     let target = mcp_proto::balance::Target::parse(&mcp_url).map_err(|e| Error::Config(format!("mcp_service: {e}")))?;
-    let settings =
-        mcp_proto::link::Settings { keep_alive: Some(Duration::from_secs(30)), ..mcp_proto::link::Settings::default() };
-    let channel = mcp_proto::balance::connect("mcp-service", &target, settings)
+    let channel = mcp_proto::balance::connect("mcp-service", &target, mcp_proto::link::Settings::default())
         .map_err(|e| Error::Config(format!("mcp_service: {e}")))?;
     let auth = if config.auth == "off" {
         None

@@ -13,8 +13,9 @@
 //! let a regular pattern (a quick call then a slow one) put every slow call on one replica. A replica whose connection fails is set aside and probed (a TCP connect, with
 //! backoff up to two seconds) until it accepts connections again; while no replica is known to
 //! answer, calls go to the next one anyway and fail as a single connection would. A call the
-//! chosen replica never processed (connection refused, stream refused, or sent after the
-//! replica announced its shutdown) is sent to another replica, up to three in all.
+//! chosen replica never processed (no connection could be made to it, its connection could
+//! not take the call, the stream was refused, or the replica's shutdown notice left the call
+//! out) is sent to another replica, up to three in all.
 //!
 //! A call may name an affinity key ([`set_affinity`], a legacy session id): all calls with the
 //! same key go to the same replica while it answers (rendezvous hashing: when replicas come or
@@ -140,16 +141,16 @@ pub const MAX_FRAME_SIZE: u32 = 256 * 1024;
 /// Must be called inside a Tokio runtime (a `dns:///` target resolves in a task of its own,
 /// which ends when the channel and all its clones are gone).
 pub fn connect(component: &'static str, target: &Target, settings: Settings) -> Result<GrpcChannel, String> {
-    let endpoint = move |url: &str| Link::new(url, settings).map_err(|e| format!("`{url}`: {e}"));
+    let link = move |url: &str| Link::new(url, settings).map_err(|e| format!("`{url}`: {e}"));
     match target {
-        Target::Single(url) => Ok(crate::transport::network(endpoint(url)?)),
+        Target::Single(url) => Ok(crate::transport::network(link(url)?)),
         Target::List(urls) => {
             let mut members = Vec::with_capacity(urls.len());
             for url in urls {
                 let parsed = url::Url::parse(url).map_err(|e| format!("`{url}`: {e}"))?;
                 let host = parsed.host_str().unwrap_or_default().trim_start_matches('[').trim_end_matches(']');
                 let port = parsed.port_or_known_default().unwrap_or_default();
-                members.push(Member::new(component, url.clone(), Probe::Name(host.to_owned(), port), endpoint(url)?));
+                members.push(Member::new(component, url.clone(), Probe::Name(host.to_owned(), port), link(url)?));
             }
             let (tx, rx) = watch::channel(members.clone());
             let pool = Pool::new(component, rx);
@@ -165,7 +166,7 @@ pub fn connect(component: &'static str, target: &Target, settings: Settings) -> 
             let (tx, rx) = watch::channel(Vec::new());
             let pool = Pool::new(component, rx);
             let weak = Arc::downgrade(&pool);
-            let make = move |addr: SocketAddr| endpoint(&format!("http://{addr}"));
+            let make = move |addr: SocketAddr| link(&format!("http://{addr}"));
             tokio::spawn(resolve(component, host.clone(), *port, tx, weak, make));
             Ok(GrpcChannel::new(Balanced(pool)))
         }
@@ -255,7 +256,7 @@ struct Member {
     component: &'static str,
     key: String,
     probe: Probe,
-    channel: Link,
+    link: Link,
     state: AtomicU8,
     /// Calls sent and not yet answered to the end (a stream counts until it ends).
     in_flight: Arc<AtomicUsize>,
@@ -267,7 +268,7 @@ impl Member {
             component,
             key,
             probe,
-            channel: link,
+            link,
             state: AtomicU8::new(PROBING),
             in_flight: Arc::new(AtomicUsize::new(0)),
         })
@@ -466,7 +467,7 @@ impl Service<http::Request<Body>> for Balanced {
 /// One call on one replica; a failure sets the replica aside.
 async fn send(member: &Arc<Member>, request: http::Request<Body>) -> Result<http::Response<Body>, TransportError> {
     let call = (!LONG_LIVED.contains(&request.uri().path())).then(|| InFlight::new(&member.in_flight));
-    match member.channel.call(request).await {
+    match member.link.call(request).await {
         Ok(response) => Ok(match call {
             Some(call) => response.map(|body| Body::new(Counted { body, _call: call })),
             None => response,

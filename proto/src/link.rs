@@ -11,8 +11,9 @@
 //! What tonic's channel did and this does too:
 //!
 //! - connecting when first used, with a bounded wait and `TCP_NODELAY`;
-//! - connecting again for the next call once the connection has ended (the call that saw it
-//!   end fails; [`crate::balance`] sends a call never processed to another replica);
+//! - connecting again once the connection has ended: a call the connection could not take is
+//!   made once more on a new one; a call under way when it ended fails (and [`crate::balance`]
+//!   sends one never processed to another replica);
 //! - HTTP/2 keep-alive: a PING every interval, the connection closed when none comes back
 //!   within a bounded wait (20 s by default, as tonic's);
 //! - flow control: received data is handed back to the window as it is read, with windows
@@ -43,7 +44,8 @@ const CONNECTION_WINDOW: u32 = 5 * 1024 * 1024;
 /// How a connection is set up.
 #[derive(Clone, Copy, Debug)]
 pub struct Settings {
-    /// The longest wait for the TCP connection and the HTTP/2 handshake.
+    /// The longest wait for the TCP connection (h2's handshake only writes the preface; a peer
+    /// that accepts and then says nothing is found out by the keep-alive).
     pub connect_timeout: Duration,
     /// How often to PING the other side; `None`: never.
     pub keep_alive: Option<Duration>,
@@ -54,11 +56,12 @@ pub struct Settings {
 }
 
 impl Default for Settings {
-    /// Five seconds to connect, no keep-alive (PINGs answered within 20 s), frames up to [`crate::balance::MAX_FRAME_SIZE`].
+    /// Five seconds to connect; a keep-alive PING every 30 s, answered within 20 s; frames up to
+    /// [`crate::balance::MAX_FRAME_SIZE`].
     fn default() -> Self {
         Settings {
             connect_timeout: Duration::from_secs(5),
-            keep_alive: None,
+            keep_alive: Some(Duration::from_secs(30)),
             ping_timeout: Duration::from_secs(20),
             max_frame_size: crate::balance::MAX_FRAME_SIZE,
         }
@@ -113,7 +116,9 @@ impl Link {
         })))
     }
 
-    /// Send `request` (its body read whole first) and return the answer as it arrives.
+    /// Send `request` (its body read whole first) and return the answer as it arrives. A call
+    /// the connection could not take (it had ended or announced its shutdown) is made once
+    /// more on a new connection.
     pub async fn call(
         &self,
         request: http::Request<tonic::body::Body>,
@@ -124,27 +129,53 @@ impl Link {
         uri.authority = Some(self.0.authority.clone());
         parts.uri =
             http::Uri::from_parts(uri).map_err(|e| TransportError::request(tonic::Status::internal(e.to_string())))?;
+        let head = http::Request::from_parts(parts, ());
+        let first = self.send(&head, &message).await;
+        let response = match first {
+            Err(error) if error.connection_went_away() => self.send(&head, &message).await?,
+            other => other?,
+        };
+        Ok(response.map(|body| tonic::body::Body::new(Incoming { body, trailers: false })))
+    }
+
+    /// One attempt at a call on the open connection (or a new one).
+    async fn send(
+        &self,
+        head: &http::Request<()>,
+        message: &Bytes,
+    ) -> Result<http::Response<h2::RecvStream>, TransportError> {
         let live = self.live().await?;
-        let sent = async {
+        let mut request = http::Request::new(());
+        *request.method_mut() = head.method().clone();
+        *request.uri_mut() = head.uri().clone();
+        *request.headers_mut() = head.headers().clone();
+        let end = message.is_empty();
+        // Until `send_request` returns, the connection has not taken the call.
+        let taken = async {
             let mut send = live.send.clone().ready().await?;
-            let end = message.is_empty();
-            let (response, mut stream) = send.send_request(http::Request::from_parts(parts, ()), end)?;
+            send.send_request(request, end)
+        };
+        let (response, mut stream) = match taken.await {
+            Ok(taken) => taken,
+            Err(error) => {
+                self.forget(&live);
+                return Err(TransportError::unsent(error));
+            }
+        };
+        let answered = async {
             if !end {
-                stream.send_data(message, true)?;
+                stream.send_data(message.clone(), true)?;
             }
             response.await
         };
-        match sent.await {
-            Ok(response) => Ok(response.map(|body| tonic::body::Body::new(Incoming { body, trailers: false }))),
-            Err(error) => {
-                // A reset ends one stream; anything else (GOAWAY, a broken socket, a protocol
-                // error) the connection, and the next call connects again.
-                if !error.is_reset() {
-                    self.forget(&live);
-                }
-                Err(TransportError::stream(error))
+        answered.await.map_err(|error| {
+            // A reset ends one stream; anything else (GOAWAY, a broken socket, a protocol error)
+            // the connection, and the next call connects again.
+            if !error.is_reset() {
+                self.forget(&live);
             }
-        }
+            TransportError::stream(error)
+        })
     }
 
     /// The open connection, or a new one. Calls that waited while an attempt to connect failed
@@ -202,8 +233,13 @@ impl Link {
                 .enable_push(false)
                 .initial_window_size(STREAM_WINDOW)
                 .initial_connection_window_size(CONNECTION_WINDOW)
-                .max_frame_size(settings.max_frame_size)
-                .handshake::<_, Bytes>(Unvectored(tcp))
+                // HTTP/2 allows frames of 16 KiB to 16 MiB (h2 panics outside).
+                .max_frame_size(settings.max_frame_size.clamp(16 * 1024, 16 * 1024 * 1024 - 1))
+                // hyper's client limits: streams opened before the server's SETTINGS arrive, and
+                // the size of a received header list.
+                .initial_max_send_streams(100)
+                .max_header_list_size(16 * 1024)
+                .handshake::<_, Bytes>(Unvectored::new(tcp))
                 .await
                 .map_err(std::io::Error::other)
         };
@@ -294,7 +330,7 @@ mod tests {
 
     use super::*;
 
-    /// How the test's HTTP/2 server treats a connection after answering its first request.
+    /// How the test's HTTP/2 server treats a connection after its first request.
     #[derive(Clone, Copy)]
     enum After {
         /// Answers every request.
@@ -305,11 +341,10 @@ mod tests {
         Hanging,
     }
 
-    /// An HTTP/2 server on port 0 answering each request with its path as data and
-    /// `grpc-status: 0` as trailers; returns its address and the connections accepted.
-    async fn server(after: After) -> (String, Arc<AtomicUsize>) {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("test setup");
-        let url = format!("http://{}", listener.local_addr().expect("test setup"));
+    /// An HTTP/2 server on `listener` answering each request with its URI, the length of its
+    /// message and the message as data (padded to 3 MiB for a path ending in `/large`) and
+    /// `grpc-status: 0` as trailers; returns the connections accepted.
+    fn serve(listener: tokio::net::TcpListener, after: After) -> Arc<AtomicUsize> {
         let accepted = Arc::new(AtomicUsize::new(0));
         let count = accepted.clone();
         tokio::spawn(async move {
@@ -317,38 +352,47 @@ mod tests {
                 count.fetch_add(1, Ordering::SeqCst);
                 tokio::spawn(async move {
                     let mut conn = h2::server::handshake(tcp).await.expect("handshake");
-                    while let Some(Ok((request, mut respond))) = conn.accept().await {
-                        let (parts, mut body) = request.into_parts();
-                        let mut received = Vec::new();
-                        while let Some(Ok(data)) = body.data().await {
-                            let _ = body.flow_control().release_capacity(data.len());
-                            received.extend_from_slice(&data);
-                        }
-                        let answer = format!("{} {} {}", parts.uri, received.len(), String::from_utf8_lossy(&received));
-                        let response = http::Response::builder().header("content-type", "application/grpc");
-                        let mut send =
-                            respond.send_response(response.body(()).expect("test setup"), false).expect("respond");
-                        send.send_data(Bytes::from(answer), false).expect("data");
-                        let mut trailers = http::HeaderMap::new();
-                        trailers.insert("grpc-status", http::HeaderValue::from_static("0"));
-                        send.send_trailers(trailers).expect("trailers");
-                        match after {
-                            After::Serving => {}
-                            After::Closing => {
-                                // Let the answer out, then close.
-                                let _ = tokio::time::timeout(Duration::from_millis(50), conn.accept()).await;
-                                return;
-                            }
-                            After::Hanging => {
-                                let _ = tokio::time::timeout(Duration::from_millis(50), conn.accept()).await;
+                    while let Some(Ok((request, respond))) = conn.accept().await {
+                        tokio::spawn(answer_one(request, respond));
+                        if !matches!(after, After::Serving) {
+                            // Let the answer out, then close the connection or stop reading it.
+                            let _ = tokio::time::timeout(Duration::from_millis(100), conn.accept()).await;
+                            if matches!(after, After::Hanging) {
                                 std::future::pending::<()>().await;
                             }
+                            return;
                         }
                     }
                 });
             }
         });
-        (url, accepted)
+        accepted
+    }
+
+    async fn answer_one(request: http::Request<h2::RecvStream>, mut respond: h2::server::SendResponse<Bytes>) {
+        let (parts, mut body) = request.into_parts();
+        let mut received = Vec::new();
+        while let Some(Ok(data)) = body.data().await {
+            let _ = body.flow_control().release_capacity(data.len());
+            received.extend_from_slice(&data);
+        }
+        let mut answer =
+            format!("{} {} {}", parts.uri, received.len(), String::from_utf8_lossy(&received)).into_bytes();
+        if parts.uri.path().ends_with("/large") {
+            answer.resize(3 * 1024 * 1024, b'.');
+        }
+        let response = http::Response::builder().header("content-type", "application/grpc");
+        let Ok(mut send) = respond.send_response(response.body(()).expect("test setup"), false) else { return };
+        let _ = send.send_data(Bytes::from(answer), false);
+        let mut trailers = http::HeaderMap::new();
+        trailers.insert("grpc-status", http::HeaderValue::from_static("0"));
+        let _ = send.send_trailers(trailers);
+    }
+
+    async fn server(after: After) -> (String, Arc<AtomicUsize>) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("test setup");
+        let url = format!("http://{}", listener.local_addr().expect("test setup"));
+        (url, serve(listener, after))
     }
 
     fn request(path: &str, message: &'static [u8]) -> http::Request<tonic::body::Body> {
@@ -359,26 +403,34 @@ mod tests {
         request
     }
 
-    /// The answer's data as text and its `grpc-status` trailer.
+    /// The answer's data as text and its `grpc-status` trailer (within 10 s).
     async fn answer(link: &Link, path: &str) -> Result<(String, String), TransportError> {
-        let response = link.call(request(path, b"hello")).await?;
-        let collected = response.into_body().collect().await.expect("a whole answer");
-        let status =
-            collected.trailers().and_then(|t| t.get("grpc-status")).map(|v| v.to_str().unwrap_or("").to_owned());
-        Ok((String::from_utf8_lossy(&collected.to_bytes()).into_owned(), status.unwrap_or_default()))
+        let whole = async {
+            let response = link.call(request(path, b"hello")).await?;
+            let collected = response.into_body().collect().await.expect("a whole answer");
+            let status =
+                collected.trailers().and_then(|t| t.get("grpc-status")).map(|v| v.to_str().unwrap_or("").to_owned());
+            Ok((String::from_utf8_lossy(&collected.to_bytes()).into_owned(), status.unwrap_or_default()))
+        };
+        tokio::time::timeout(Duration::from_secs(10), whole).await.expect("an answer within 10 s")
     }
 
-    /// A call goes out with the link's scheme and authority and its whole message; the answer's
-    /// data and trailers come back; calls share one connection.
+    /// Wait (at most 5 s) until the link holds no open connection.
+    async fn until_ended(link: &Link) {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        while link.current().is_some() {
+            assert!(tokio::time::Instant::now() < deadline, "the connection was not seen to end");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    /// Calls made together before any connection share one new connection; each goes out with
+    /// the link's scheme and authority and its whole message, and its answer's data and
+    /// trailers come back.
     #[tokio::test]
     async fn calls_go_out_whole_and_their_answers_come_back_with_trailers() {
         let (url, accepted) = server(After::Serving).await;
         let link = Link::new(&url, Settings::default()).expect("a URL");
-        for path in ["/mcp.v1.McpService/Handle", "/grpc.health.v1.Health/Check"] {
-            let (data, status) = answer(&link, path).await.expect("an answer");
-            assert_eq!(data, format!("{url}{path} 5 hello"));
-            assert_eq!(status, "0");
-        }
         let mut together = tokio::task::JoinSet::new();
         for _ in 0..20 {
             let link = link.clone();
@@ -388,6 +440,24 @@ mod tests {
             done.expect("joined").expect("an answer");
         }
         assert_eq!(accepted.load(Ordering::SeqCst), 1, "one connection for every call");
+        for path in ["/mcp.v1.McpService/Handle", "/grpc.health.v1.Health/Check"] {
+            let (data, status) = answer(&link, path).await.expect("an answer");
+            assert_eq!(data, format!("{url}{path} 5 hello"));
+            assert_eq!(status, "0");
+        }
+    }
+
+    /// Received data is handed back to the flow-control window as it is read: answers of 3 MiB,
+    /// each more than a stream's 2 MiB window, come whole on one connection.
+    #[tokio::test]
+    async fn large_answers_keep_flowing() {
+        let (url, accepted) = server(After::Serving).await;
+        let link = Link::new(&url, Settings::default()).expect("a URL");
+        for _ in 0..3 {
+            let (data, _) = answer(&link, "/a/large").await.expect("an answer");
+            assert_eq!(data.len(), 3 * 1024 * 1024);
+        }
+        assert_eq!(accepted.load(Ordering::SeqCst), 1);
     }
 
     /// A connection the other side closed is made again for the next call.
@@ -397,8 +467,7 @@ mod tests {
         let link = Link::new(&url, Settings::default()).expect("a URL");
         for round in 1..=3 {
             answer(&link, "/a/b").await.expect("an answer");
-            // The server closes after each answer; the link sees it before the next call.
-            tokio::time::sleep(Duration::from_millis(200)).await;
+            until_ended(&link).await;
             assert_eq!(accepted.load(Ordering::SeqCst), round);
         }
     }
@@ -415,14 +484,14 @@ mod tests {
         };
         let link = Link::new(&url, settings).expect("a URL");
         answer(&link, "/a/b").await.expect("an answer");
-        tokio::time::sleep(Duration::from_millis(400)).await;
-        let second = tokio::time::timeout(Duration::from_secs(5), answer(&link, "/a/b")).await;
-        assert!(matches!(second, Ok(Ok(_))), "{second:?}");
+        until_ended(&link).await;
+        answer(&link, "/a/b").await.expect("an answer on a new connection");
         assert_eq!(accepted.load(Ordering::SeqCst), 2);
     }
 
     /// Nothing listening: the call fails as one the other side never processed (so a pool may
-    /// send it to another replica), and a server that starts later is connected to.
+    /// send it to another replica), with the status UNAVAILABLE; once a server listens there,
+    /// the next call connects.
     #[tokio::test]
     async fn a_refused_connection_was_never_processed() {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("test setup");
@@ -435,6 +504,9 @@ mod tests {
         // What the generated client makes of it: UNAVAILABLE, which callers treat as passing.
         let status = tonic::Status::from_error(Box::new(error));
         assert_eq!(status.code(), tonic::Code::Unavailable, "{status:?}");
+        let accepted = serve(tokio::net::TcpListener::bind(addr).await.expect("the port again"), After::Serving);
+        answer(&link, "/a/b").await.expect("an answer once the server listens");
+        assert_eq!(accepted.load(Ordering::SeqCst), 1);
     }
 
     #[test]

@@ -7,38 +7,92 @@
 //! above 256 bytes (a call's JSON body and caller, a tool's answer), so over a plain TCP socket
 //! every call or answer cost a write of its own even when many were ready together.
 //! [`Unvectored`] hides the socket's vectored writes: messages up to 1 KiB are copied, and the
-//! frames ready together leave in one write. (Collecting the writes in a buffer does not help:
-//! h2 flushes the socket itself before each large frame.)
+//! frames ready together leave in one write. (Collecting every write until the flush does not
+//! do it alone: h2 flushes the socket itself before it takes the next frame after a large one.)
 
 use std::pin::Pin;
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, ready};
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_stream::{Stream, StreamExt as _};
 
-/// A socket written without vectored writes (see the module documentation).
-pub struct Unvectored<T = TcpStream>(pub T);
+/// The most a socket holds back: h2's write buffer.
+const HOLD: usize = 16 * 1024;
+
+/// A socket written without vectored writes (see the module documentation). A frame above
+/// 1 KiB reaches it in two writes (the buffer, which ends with the frame's head, then the rest
+/// of the frame): what is written is held back, up to [`HOLD`], and leaves with the next
+/// write in one vectored system call, or at the flush that h2 makes after each such frame
+/// and at the end of each turn.
+pub struct Unvectored<T = TcpStream> {
+    io: T,
+    held: Vec<u8>,
+}
+
+impl<T> Unvectored<T> {
+    pub fn new(io: T) -> Self {
+        Unvectored { io, held: Vec::new() }
+    }
+}
 
 impl<T: AsyncRead + Unpin> AsyncRead for Unvectored<T> {
     fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.0).poll_read(cx, buf)
+        Pin::new(&mut self.io).poll_read(cx, buf)
+    }
+}
+
+impl<T: AsyncWrite + Unpin> Unvectored<T> {
+    /// Write out what is held.
+    fn poll_release(&mut self, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        while !self.held.is_empty() {
+            let n = ready!(Pin::new(&mut self.io).poll_write(cx, &self.held))?;
+            if n == 0 {
+                return Poll::Ready(Err(std::io::ErrorKind::WriteZero.into()));
+            }
+            self.held.drain(..n);
+        }
+        Poll::Ready(Ok(()))
     }
 }
 
 /// `poll_write_vectored` and `is_write_vectored` are left to their defaults (one slice at a
 /// time; not vectored).
 impl<T: AsyncWrite + Unpin> AsyncWrite for Unvectored<T> {
-    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.0).poll_write(cx, buf)
+    fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
+        let this = self.get_mut();
+        loop {
+            if this.held.len() + buf.len() <= HOLD {
+                this.held.extend_from_slice(buf);
+                return Poll::Ready(Ok(buf.len()));
+            }
+            if this.held.is_empty() {
+                return Pin::new(&mut this.io).poll_write(cx, buf);
+            }
+            let both = [std::io::IoSlice::new(&this.held), std::io::IoSlice::new(buf)];
+            let n = ready!(Pin::new(&mut this.io).poll_write_vectored(cx, &both))?;
+            if n == 0 {
+                return Poll::Ready(Err(std::io::ErrorKind::WriteZero.into()));
+            }
+            let held = this.held.len();
+            if n > held {
+                this.held.clear();
+                return Poll::Ready(Ok(n - held));
+            }
+            this.held.drain(..n);
+        }
     }
 
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.0).poll_flush(cx)
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        let this = self.get_mut();
+        ready!(this.poll_release(cx))?;
+        Pin::new(&mut this.io).poll_flush(cx)
     }
 
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.0).poll_shutdown(cx)
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        let this = self.get_mut();
+        ready!(this.poll_release(cx))?;
+        Pin::new(&mut this.io).poll_shutdown(cx)
     }
 }
 
@@ -46,7 +100,7 @@ impl tonic::transport::server::Connected for Unvectored {
     type ConnectInfo = tonic::transport::server::TcpConnectInfo;
 
     fn connect_info(&self) -> Self::ConnectInfo {
-        self.0.connect_info()
+        self.io.connect_info()
     }
 }
 
@@ -54,7 +108,7 @@ impl tonic::transport::server::Connected for Unvectored {
 pub fn incoming(listener: TcpListener) -> impl Stream<Item = std::io::Result<Unvectored>> {
     tonic::transport::server::TcpIncoming::from(listener)
         .with_nodelay(Some(true))
-        .map(|accepted| accepted.map(Unvectored))
+        .map(|accepted| accepted.map(Unvectored::new))
 }
 
 #[cfg(test)]
@@ -130,9 +184,9 @@ mod tests {
         addr
     }
 
-    /// The writes an h2 client makes to its socket for 20 calls of 600 bytes made together
+    /// The writes an h2 client makes to its socket for 20 calls of `size` bytes made together
     /// (after a first call, so that the handshake is over).
-    async fn writes_for_calls_made_together<T>(wrap: impl FnOnce(Counting) -> T) -> usize
+    async fn writes_for_calls_made_together<T>(size: usize, wrap: impl FnOnce(Counting) -> T) -> usize
     where
         T: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
@@ -145,7 +199,7 @@ mod tests {
             let mut send = send.clone();
             let request = http::Request::post("http://test/a/b").body(()).expect("test setup");
             let (response, mut stream) = send.send_request(request, false).expect("sent");
-            stream.send_data(Bytes::from(vec![b'x'; 600]), true).expect("sent");
+            stream.send_data(Bytes::from(vec![b'x'; size]), true).expect("sent");
             response
         };
         call(&send.clone().ready().await.expect("ready")).await.expect("first answer");
@@ -158,13 +212,77 @@ mod tests {
         writes.load(Ordering::SeqCst)
     }
 
-    /// Over a plain TCP socket, each call's message is a write of its own; unvectored, the calls
-    /// made together leave in one or two writes (h2's buffer holds 16 KiB).
+    /// Over a plain TCP socket, each call's message above 256 bytes is a write of its own;
+    /// unvectored, the calls made together leave in one or two writes (h2's buffer holds 16 KiB),
+    /// and a message above 1 KiB, which h2 hands over in two pieces, in one write.
     #[tokio::test]
     async fn calls_made_together_leave_together_when_unvectored() {
-        let plain = writes_for_calls_made_together(|c| c).await;
+        let plain = writes_for_calls_made_together(600, |c| c).await;
         assert!(plain >= 20, "{plain} writes for 20 calls over a plain socket");
-        let unvectored = writes_for_calls_made_together(Unvectored).await;
+        let unvectored = writes_for_calls_made_together(600, Unvectored::new).await;
         assert!(unvectored <= 3, "{unvectored} writes for 20 calls unvectored");
+        let large = writes_for_calls_made_together(4000, Unvectored::new).await;
+        assert!(large <= 22, "{large} writes for 20 calls of 4000 bytes unvectored");
+    }
+
+    /// A writer that takes at most `step` bytes per write (a socket whose buffer is nearly full),
+    /// or none every third time (would block), keeping what it took.
+    struct Trickle {
+        step: usize,
+        turn: usize,
+        taken: Vec<u8>,
+    }
+
+    impl AsyncWrite for Trickle {
+        fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
+            self.turn += 1;
+            if self.turn.is_multiple_of(3) {
+                cx.waker().wake_by_ref();
+                return Poll::Pending;
+            }
+            let n = buf.len().min(self.step);
+            self.taken.extend_from_slice(&buf[..n]);
+            Poll::Ready(Ok(n))
+        }
+
+        fn poll_write_vectored(
+            mut self: Pin<&mut Self>,
+            cx: &mut Context<'_>,
+            bufs: &[std::io::IoSlice<'_>],
+        ) -> Poll<std::io::Result<usize>> {
+            let all: Vec<u8> = bufs.iter().flat_map(|b| b.iter().copied()).take(self.step).collect();
+            self.as_mut().poll_write(cx, &all)
+        }
+
+        fn is_write_vectored(&self) -> bool {
+            true
+        }
+
+        fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+            Poll::Ready(Ok(()))
+        }
+
+        fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+            Poll::Ready(Ok(()))
+        }
+    }
+
+    /// Whatever the socket takes at a time, the bytes leave whole and in order, held ones first.
+    #[tokio::test]
+    async fn held_writes_leave_whole_and_in_order() {
+        use tokio::io::AsyncWriteExt as _;
+        for step in [3, 100, 1000, 5000, 1 << 20] {
+            let mut socket = Unvectored::new(Trickle { step, turn: 0, taken: Vec::new() });
+            let mut sent = Vec::new();
+            for (i, len) in [10, 1200, 20_000, 3, 16 * 1024, 16 * 1024 + 1, 700].into_iter().enumerate() {
+                let part: Vec<u8> = (0..len).map(|j| (i * 31 + j) as u8).collect();
+                socket.write_all(&part).await.expect("write");
+                sent.extend(part);
+            }
+            socket.flush().await.expect("flush");
+            assert!(socket.held.is_empty());
+            assert_eq!(socket.io.taken.len(), sent.len(), "step {step}");
+            assert!(socket.io.taken == sent, "step {step}: the bytes differ");
+        }
     }
 }

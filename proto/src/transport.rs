@@ -31,7 +31,9 @@ pub struct TransportError {
 enum Failure {
     /// No connection could be made (refused, unreachable, timed out, or the handshake failed).
     Connect,
-    /// The connection or the call's stream failed.
+    /// The connection could not take the call (it had ended, or announced its shutdown).
+    Unsent,
+    /// The connection or the call's stream failed once the call was taken.
     Stream(h2::Error),
     /// A `dns:///` target with no address (see [`crate::balance`]).
     NoReplica,
@@ -56,21 +58,39 @@ impl TransportError {
         }
     }
 
+    pub(crate) fn unsent(error: h2::Error) -> Self {
+        let status = tonic::Status::unavailable(format!("HTTP/2: the connection could not take the call: {error}"));
+        TransportError { failure: Failure::Unsent, status }
+    }
+
     pub(crate) fn stream(error: h2::Error) -> Self {
         TransportError { status: status_of(&error), failure: Failure::Stream(error) }
     }
 
     /// Whether the other side certainly did not process the request: no connection was made,
-    /// the HTTP/2 stream was refused, or the request was never sent (the server had announced
-    /// a graceful shutdown before it).
+    /// the connection could not take it, the HTTP/2 stream was refused, or the server had
+    /// announced a graceful shutdown that left it out.
     pub fn never_processed(&self) -> bool {
         match &self.failure {
-            Failure::Connect => true,
+            Failure::Connect | Failure::Unsent => true,
             Failure::Stream(h2) => {
                 h2.reason() == Some(h2::Reason::REFUSED_STREAM)
                     || (h2.is_go_away() && h2.is_remote() && h2.reason() == Some(h2::Reason::NO_ERROR))
             }
             Failure::NoReplica | Failure::Request => false,
+        }
+    }
+}
+
+impl TransportError {
+    /// Whether the call was not taken because its connection had gone (ended, or announced a
+    /// graceful shutdown that left the call out): another connection to the same replica may
+    /// take it.
+    pub(crate) fn connection_went_away(&self) -> bool {
+        match &self.failure {
+            Failure::Unsent => true,
+            Failure::Stream(h2) => h2.is_go_away() && h2.is_remote() && h2.reason() == Some(h2::Reason::NO_ERROR),
+            _ => false,
         }
     }
 }
@@ -117,12 +137,10 @@ pub fn network(link: crate::link::Link) -> GrpcChannel {
 }
 
 /// `request`'s body read into one piece. Every RPC of the platform sends one message, and
-/// tonic's encoder ends its body only when polled once more: HTTP/2 then sends the message and,
-/// apart (often in a write of its own), an empty frame that ends the stream, which the other
-/// side awaits before it starts the call (tonic reads a unary request to its end). A body in
-/// one piece ([`in_one_frame`]) leaves in one frame that ends the stream. (The request's headers
-/// still leave before it: hyper sends a body only once its stream has a send window, which
-/// HTTP/2 grants after the headers are out.)
+/// tonic's encoder ends its body only when polled once more: sent as it comes, the message
+/// and, apart, an empty frame that ends the stream would leave, and the other side awaits the
+/// end before it starts the call (tonic reads a unary request to its end). A body in one
+/// piece leaves in one frame that ends the stream.
 pub(crate) async fn read_message(
     request: http::Request<Body>,
 ) -> Result<(http::request::Parts, bytes::Bytes), TransportError> {
