@@ -11,9 +11,10 @@
 //! What tonic's channel did and this does too:
 //!
 //! - connecting when first used, with a bounded wait and `TCP_NODELAY`;
-//! - connecting again once the connection has ended: a call the connection could not take is
-//!   made once more on a new one; a call under way when it ended fails (and [`crate::balance`]
-//!   sends one never processed to another replica);
+//! - connecting again once the connection has ended: a call finds a connection that can take
+//!   it, a new one if the open one has ended or announced its shutdown; a call under way when
+//!   its connection ends fails (and [`crate::balance`] sends one never processed to another
+//!   replica);
 //! - HTTP/2 keep-alive: a PING every interval, the connection closed when none comes back
 //!   within a bounded wait (20 s by default, as tonic's);
 //! - flow control: received data is handed back to the window as it is read, with windows
@@ -116,9 +117,7 @@ impl Link {
         })))
     }
 
-    /// Send `request` (its body read whole first) and return the answer as it arrives. A call
-    /// the connection could not take (it had ended or announced its shutdown) is made once
-    /// more on a new connection.
+    /// Send `request` (its body read whole first) and return the answer as it arrives.
     pub async fn call(
         &self,
         request: http::Request<tonic::body::Body>,
@@ -129,53 +128,46 @@ impl Link {
         uri.authority = Some(self.0.authority.clone());
         parts.uri =
             http::Uri::from_parts(uri).map_err(|e| TransportError::request(tonic::Status::internal(e.to_string())))?;
-        let head = http::Request::from_parts(parts, ());
-        let first = self.send(&head, &message).await;
-        let response = match first {
-            Err(error) if error.connection_went_away() => self.send(&head, &message).await?,
-            other => other?,
-        };
-        Ok(response.map(|body| tonic::body::Body::new(Incoming { body, trailers: false })))
-    }
-
-    /// One attempt at a call on the open connection (or a new one).
-    async fn send(
-        &self,
-        head: &http::Request<()>,
-        message: &Bytes,
-    ) -> Result<http::Response<h2::RecvStream>, TransportError> {
-        let live = self.live().await?;
-        let mut request = http::Request::new(());
-        *request.method_mut() = head.method().clone();
-        *request.uri_mut() = head.uri().clone();
-        *request.headers_mut() = head.headers().clone();
+        let (live, mut send) = self.ready().await?;
         let end = message.is_empty();
-        // Until `send_request` returns, the connection has not taken the call.
-        let taken = async {
-            let mut send = live.send.clone().ready().await?;
-            send.send_request(request, end)
-        };
-        let (response, mut stream) = match taken.await {
-            Ok(taken) => taken,
-            Err(error) => {
-                self.forget(&live);
-                return Err(TransportError::unsent(error));
-            }
-        };
+        let (response, mut stream) = send.send_request(http::Request::from_parts(parts, ()), end).map_err(|error| {
+            self.forget(&live);
+            TransportError::unsent(error)
+        })?;
         let answered = async {
             if !end {
-                stream.send_data(message.clone(), true)?;
+                stream.send_data(message, true)?;
             }
             response.await
         };
-        answered.await.map_err(|error| {
+        let response = answered.await.map_err(|error| {
             // A reset ends one stream; anything else (GOAWAY, a broken socket, a protocol error)
             // the connection, and the next call connects again.
             if !error.is_reset() {
                 self.forget(&live);
             }
             TransportError::stream(error)
-        })
+        })?;
+        Ok(response.map(|body| tonic::body::Body::new(Incoming { body, trailers: false })))
+    }
+
+    /// A connection ready to take a call: the open one or, when that can take no more (it has
+    /// ended, or announced its shutdown), a new one.
+    async fn ready(&self) -> Result<(Live, h2::client::SendRequest<Bytes>), TransportError> {
+        let mut attempts = 0;
+        loop {
+            let live = self.live().await?;
+            match live.send.clone().ready().await {
+                Ok(send) => return Ok((live, send)),
+                Err(error) => {
+                    self.forget(&live);
+                    attempts += 1;
+                    if attempts == 2 {
+                        return Err(TransportError::unsent(error));
+                    }
+                }
+            }
+        }
     }
 
     /// The open connection, or a new one. Calls that waited while an attempt to connect failed

@@ -82,19 +82,6 @@ impl TransportError {
     }
 }
 
-impl TransportError {
-    /// Whether the call was not taken because its connection had gone (ended, or announced a
-    /// graceful shutdown that left the call out): another connection to the same replica may
-    /// take it.
-    pub(crate) fn connection_went_away(&self) -> bool {
-        match &self.failure {
-            Failure::Unsent => true,
-            Failure::Stream(h2) => h2.is_go_away() && h2.is_remote() && h2.reason() == Some(h2::Reason::NO_ERROR),
-            _ => false,
-        }
-    }
-}
-
 /// The gRPC status of a call that an HTTP/2 failure ended: a connection that broke or went away
 /// is `UNAVAILABLE` (the call may be made again); a stream reset is coded by its reason, as
 /// gRPC's HTTP/2 mapping says.
