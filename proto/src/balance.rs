@@ -128,7 +128,7 @@ fn check_url(url: &str) -> Result<(), String> {
     if parsed.path() != "/" || parsed.query().is_some() || parsed.fragment().is_some() {
         return Err("only scheme, host and port may be given".into());
     }
-    Link::new(url, Settings::default()).map(drop)
+    Link::check(url)
 }
 
 /// The largest HTTP/2 frame this process accepts from the services it calls (the HTTP/2
@@ -439,18 +439,16 @@ impl Service<http::Request<Body>> for Balanced {
             let affinity = request.headers().get(AFFINITY).map(|v| v.as_bytes().to_vec());
             let member = pool.pick_for(affinity.as_deref()).await?;
             let listed = pool.members.borrow().len();
-            // The body in one piece (see `read_message`): sent in one frame, and kept, with
-            // several replicas, so that a call the chosen replica never processed can go to
-            // another one.
+            // The body in one piece (see `read_message`), kept, with several replicas, so that
+            // a call the chosen replica never processed can go to another one.
             let (parts, message) = crate::transport::read_message(request).await?;
             if listed < 2 {
-                return send(&member, crate::transport::in_one_frame(parts, message)).await;
+                return send(&member, parts, message).await;
             }
-            let copy = || crate::transport::in_one_frame(parts.clone(), message.clone());
             let mut member = member;
             let mut tried = vec![member.key.clone()];
             loop {
-                let outcome = send(&member, copy()).await;
+                let outcome = send(&member, parts.clone(), message.clone()).await;
                 let Err(error) = &outcome else { return outcome };
                 if tried.len() >= listed.min(3) || !error.never_processed() {
                     return outcome;
@@ -465,9 +463,13 @@ impl Service<http::Request<Body>> for Balanced {
 }
 
 /// One call on one replica; a failure sets the replica aside.
-async fn send(member: &Arc<Member>, request: http::Request<Body>) -> Result<http::Response<Body>, TransportError> {
-    let call = (!LONG_LIVED.contains(&request.uri().path())).then(|| InFlight::new(&member.in_flight));
-    match member.link.call(request).await {
+async fn send(
+    member: &Arc<Member>,
+    parts: http::request::Parts,
+    message: bytes::Bytes,
+) -> Result<http::Response<Body>, TransportError> {
+    let call = (!LONG_LIVED.contains(&parts.uri.path())).then(|| InFlight::new(&member.in_flight));
+    match member.link.send(parts, message).await {
         Ok(response) => Ok(match call {
             Some(call) => response.map(|body| Body::new(Counted { body, _call: call })),
             None => response,

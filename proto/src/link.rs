@@ -81,10 +81,20 @@ struct Shared {
     /// Connections made so far.
     made: AtomicU64,
     /// Held while connecting, so that calls arriving meanwhile share one new connection; it
-    /// holds the number of attempts that failed, and the last one's error.
-    connecting: tokio::sync::Mutex<(u64, Option<(std::io::ErrorKind, String)>)>,
-    /// Attempts to connect that failed, as counted in `connecting` (read without waiting).
+    /// holds the last failed attempt's error.
+    connecting: tokio::sync::Mutex<Option<(std::io::ErrorKind, String)>>,
+    /// Attempts to connect that failed, counted while `connecting` is held (read without
+    /// waiting for it).
     failed: AtomicU64,
+}
+
+/// The authority of an `http://` URL.
+fn authority_of(url: &str) -> Result<http::uri::Authority, String> {
+    let uri: http::Uri = url.parse().map_err(|e| format!("not a URL ({e})"))?;
+    if uri.scheme_str() != Some("http") {
+        return Err("the scheme must be http (plain HTTP/2 inside the cluster)".into());
+    }
+    uri.authority().cloned().ok_or_else(|| "the host is missing".into())
 }
 
 /// An open connection. It closes by itself once every handle to it and every stream on it
@@ -102,19 +112,19 @@ impl Link {
     /// A link to `url` (`http://host:port`, nothing after the authority); nothing is connected
     /// until the first call.
     pub fn new(url: &str, settings: Settings) -> Result<Self, String> {
-        let uri: http::Uri = url.parse().map_err(|e| format!("not a URL ({e})"))?;
-        if uri.scheme_str() != Some("http") {
-            return Err("the scheme must be http (plain HTTP/2 inside the cluster)".into());
-        }
-        let authority = uri.authority().cloned().ok_or("the host is missing")?;
         Ok(Link(Arc::new(Shared {
-            authority,
+            authority: authority_of(url)?,
             settings,
             live: Mutex::new(None),
             made: AtomicU64::new(0),
-            connecting: tokio::sync::Mutex::new((0, None)),
+            connecting: tokio::sync::Mutex::new(None),
             failed: AtomicU64::new(0),
         })))
+    }
+
+    /// Whether [`Link::new`] would take `url`.
+    pub fn check(url: &str) -> Result<(), String> {
+        authority_of(url).map(drop)
     }
 
     /// Send `request` (its body read whole first) and return the answer as it arrives.
@@ -122,7 +132,17 @@ impl Link {
         &self,
         request: http::Request<tonic::body::Body>,
     ) -> Result<http::Response<tonic::body::Body>, TransportError> {
-        let (mut parts, message) = crate::transport::read_message(request).await?;
+        let (parts, message) = crate::transport::read_message(request).await?;
+        self.send(parts, message).await
+    }
+
+    /// Send a request of head `parts` and one message, which ends the stream in the frame that
+    /// carries it, and return the answer as it arrives.
+    pub async fn send(
+        &self,
+        mut parts: http::request::Parts,
+        message: Bytes,
+    ) -> Result<http::Response<tonic::body::Body>, TransportError> {
         let mut uri = http::uri::Parts::from(std::mem::take(&mut parts.uri));
         uri.scheme = Some(http::uri::Scheme::HTTP);
         uri.authority = Some(self.0.authority.clone());
@@ -177,12 +197,12 @@ impl Link {
             return Ok(live);
         }
         let failed_before = self.0.failed.load(Ordering::Acquire);
-        let mut turn = self.0.connecting.lock().await;
+        let mut last_error = self.0.connecting.lock().await;
         if let Some(live) = self.current() {
             return Ok(live);
         }
-        if turn.0 != failed_before
-            && let Some((kind, message)) = &turn.1
+        if self.0.failed.load(Ordering::Acquire) != failed_before
+            && let Some((kind, message)) = &*last_error
         {
             return Err(TransportError::connect(std::io::Error::new(*kind, message.clone())));
         }
@@ -192,9 +212,8 @@ impl Link {
                 Ok(live)
             }
             Err(error) => {
-                turn.0 += 1;
-                turn.1 = Some((error.kind(), error.to_string()));
-                self.0.failed.store(turn.0, Ordering::Release);
+                *last_error = Some((error.kind(), error.to_string()));
+                self.0.failed.fetch_add(1, Ordering::Release);
                 Err(TransportError::connect(error))
             }
         }

@@ -126,19 +126,15 @@ pub fn network(link: crate::link::Link) -> GrpcChannel {
 /// `request`'s body read into one piece. Every RPC of the platform sends one message, and
 /// tonic's encoder ends its body only when polled once more: sent as it comes, the message
 /// and, apart, an empty frame that ends the stream would leave, and the other side awaits the
-/// end before it starts the call (tonic reads a unary request to its end). A body in one
-/// piece leaves in one frame that ends the stream.
+/// end before it starts the call (tonic reads a unary request to its end). Read whole, the
+/// message leaves in one frame that ends the stream ([`crate::link::Link::send`]), and can be
+/// sent again to another replica.
 pub(crate) async fn read_message(
     request: http::Request<Body>,
 ) -> Result<(http::request::Parts, bytes::Bytes), TransportError> {
     let (parts, body) = request.into_parts();
     let bytes = http_body_util::BodyExt::collect(body).await.map_err(TransportError::request)?.to_bytes();
     Ok((parts, bytes))
-}
-
-/// A request whose body is `message`, sent in one frame (see [`read_message`]).
-pub(crate) fn in_one_frame(parts: http::request::Parts, message: bytes::Bytes) -> http::Request<Body> {
-    http::Request::from_parts(parts, Body::new(http_body_util::Full::new(message)))
 }
 
 #[derive(Clone)]
@@ -175,13 +171,10 @@ where
 
 #[cfg(test)]
 mod tests {
-    use http_body::Body as _;
-    use http_body_util::BodyExt as _;
-
     use super::*;
 
-    /// A body as tonic's encoder makes it: one piece, then the end, known only when polled again.
-    struct Streamed(Option<bytes::Bytes>);
+    /// A body as tonic's encoder makes it: its pieces, then the end, known only when polled again.
+    struct Streamed(Vec<bytes::Bytes>);
 
     impl http_body::Body for Streamed {
         type Data = bytes::Bytes;
@@ -191,23 +184,18 @@ mod tests {
             mut self: Pin<&mut Self>,
             _: &mut Context<'_>,
         ) -> Poll<Option<Result<http_body::Frame<bytes::Bytes>, tonic::Status>>> {
-            Poll::Ready(self.0.take().map(|b| Ok(http_body::Frame::data(b))))
+            let next = (!self.0.is_empty()).then(|| self.0.remove(0));
+            Poll::Ready(next.map(|b| Ok(http_body::Frame::data(b))))
         }
     }
 
-    /// What HTTP/2 needs to send a body in one frame that ends the stream: after its one piece,
-    /// the body says it has ended.
+    /// A body whose end is known only after its last piece is read whole, in order.
     #[tokio::test]
-    async fn a_message_goes_in_one_frame_that_ends_the_stream() {
-        let streamed = Body::new(Streamed(Some(bytes::Bytes::from_static(b"\0\0\0\0\x02hi"))));
-        assert_eq!(streamed.size_hint().exact(), None);
-        let (parts, message) = read_message(http::Request::new(streamed)).await.expect("read");
+    async fn a_message_is_read_whole() {
+        let pieces = vec![bytes::Bytes::from_static(b"\0\0\0\0"), bytes::Bytes::from_static(b"\x02hi")];
+        let request = http::Request::post("/mcp.Mcp/Call").body(Body::new(Streamed(pieces))).expect("request");
+        let (parts, message) = read_message(request).await.expect("read");
         assert_eq!(&message[..], b"\0\0\0\0\x02hi");
-        let mut body = in_one_frame(parts, message).into_body();
-        assert_eq!(body.size_hint().exact(), Some(7));
-        assert!(!body.is_end_stream());
-        let frame = body.frame().await.expect("a frame").expect("data");
-        assert_eq!(frame.into_data().expect("data").len(), 7);
-        assert!(body.is_end_stream(), "the body has ended with its one piece");
+        assert_eq!(parts.uri.path(), "/mcp.Mcp/Call");
     }
 }
