@@ -137,7 +137,7 @@ impl Link {
     }
 
     /// Send a request of head `parts` and one message, which ends the stream in the frame that
-    /// carries it, and return the answer as it arrives.
+    /// carries it (an empty one: the head ends it), and return the answer as it arrives.
     pub async fn send(
         &self,
         mut parts: http::request::Parts,
@@ -201,6 +201,7 @@ impl Link {
         if let Some(live) = self.current() {
             return Ok(live);
         }
+        // Exact: the count changes only while the lock is held.
         if self.0.failed.load(Ordering::Acquire) != failed_before
             && let Some((kind, message)) = &*last_error
         {
@@ -354,7 +355,8 @@ mod tests {
 
     /// An HTTP/2 server on `listener` answering each request with its URI, the length of its
     /// message and the message as data (padded to 3 MiB for a path ending in `/large`) and
-    /// `grpc-status: 0` as trailers; returns the connections accepted.
+    /// `grpc-status: 0` as trailers (13 when the message did not come in one frame that ended
+    /// the stream); returns the connections accepted.
     fn serve(listener: tokio::net::TcpListener, after: After) -> Arc<AtomicUsize> {
         let accepted = Arc::new(AtomicUsize::new(0));
         let count = accepted.clone();
@@ -383,9 +385,14 @@ mod tests {
     async fn answer_one(request: http::Request<h2::RecvStream>, mut respond: h2::server::SendResponse<Bytes>) {
         let (parts, mut body) = request.into_parts();
         let mut received = Vec::new();
+        // Whether the message came in one frame that ended the stream (or, empty, with the head).
+        let mut pieces = 0;
+        let mut in_one_frame = body.is_end_stream();
         while let Some(Ok(data)) = body.data().await {
             let _ = body.flow_control().release_capacity(data.len());
             received.extend_from_slice(&data);
+            pieces += 1;
+            in_one_frame = pieces == 1 && body.is_end_stream();
         }
         let mut answer =
             format!("{} {} {}", parts.uri, received.len(), String::from_utf8_lossy(&received)).into_bytes();
@@ -396,7 +403,8 @@ mod tests {
         let Ok(mut send) = respond.send_response(response.body(()).expect("test setup"), false) else { return };
         let _ = send.send_data(Bytes::from(answer), false);
         let mut trailers = http::HeaderMap::new();
-        trailers.insert("grpc-status", http::HeaderValue::from_static("0"));
+        // INTERNAL when the message did not end the stream in the frame that carried it.
+        trailers.insert("grpc-status", http::HeaderValue::from_static(if in_one_frame { "0" } else { "13" }));
         let _ = send.send_trailers(trailers);
     }
 
@@ -436,8 +444,8 @@ mod tests {
     }
 
     /// Calls made together before any connection share one new connection; each goes out with
-    /// the link's scheme and authority and its whole message, and its answer's data and
-    /// trailers come back.
+    /// the link's scheme and authority and its whole message, in one frame that ends the
+    /// stream, and its answer's data and trailers come back.
     #[tokio::test]
     async fn calls_go_out_whole_and_their_answers_come_back_with_trailers() {
         let (url, accepted) = server(After::Serving).await;
