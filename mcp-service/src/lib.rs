@@ -12,7 +12,8 @@
 //! - [`catalog`]: the in-memory catalog snapshot that follows the registry.
 //! - [`paging`]: opaque cursors.
 //! - [`error`]: protocol errors and their one mapping to JSON-RPC codes.
-//! - [`server`]: the gRPC service; [`stdio`]: the stdio transport.
+//! - [`server`]: the gRPC service; [`grpc_server`]: its connections over the network;
+//!   [`stdio`]: the stdio transport.
 //! - [`entry`]: the `main` of the `mcp-service` and `mcp-service-remote` binaries.
 
 pub mod catalog;
@@ -21,6 +22,7 @@ pub mod context;
 pub mod dispatch;
 pub mod entry;
 pub mod error;
+pub mod grpc_server;
 pub mod methods;
 pub mod paging;
 pub mod request;
@@ -49,8 +51,6 @@ pub enum StartError {
     RegistryTarget(String),
     #[error(transparent)]
     Registry(#[from] registry_service::Error),
-    #[error("gRPC server failed: {0}")]
-    Serve(#[from] tonic::transport::Error),
     #[error("stdio failed: {0}")]
     Stdio(#[from] std::io::Error),
     #[error("{0}")]
@@ -150,7 +150,7 @@ pub async fn run(
     mcp_proto::runtime::drain(server, &shutdown, grace).await.unwrap_or(Ok(()))
 }
 
-/// Serve gRPC on a bound listener until `shutdown`.
+/// Serve gRPC on a bound listener until `shutdown` (see [`grpc_server`]).
 pub async fn serve(
     listener: TcpListener,
     engine: Arc<Engine>,
@@ -162,23 +162,23 @@ pub async fn serve(
     let (health, health_service) = tonic_health::server::health_reporter();
     health.set_serving::<McpServiceServer<server::McpGrpc>>().await;
     tracing::info!(service = "mcp-service", %addr, "listening");
-    let incoming = mcp_proto::socket::incoming(listener);
+    let routes = tonic::service::Routes::new(health_service).add_service(McpServiceServer::with_interceptor(
+        server::McpGrpc::new(engine.clone(), server::Work::Inline),
+        callers.clone(),
+    ));
     let sessions = engine.clone();
-    tonic::transport::Server::builder()
-        .add_service(health_service)
-        .add_service(McpServiceServer::with_interceptor(server::McpGrpc::new(engine, server::Work::Inline), callers))
-        .serve_with_incoming_shutdown(incoming, async move {
-            shutdown.cancelled().await;
-            health.set_not_serving::<McpServiceServer<server::McpGrpc>>().await;
-            // Legacy sessions' standalone streams never end by themselves: end them, so the
-            // drain waits only for requests (the client reopens them on another replica).
-            for session in sessions.sessions.all() {
-                if let Ok(mut outbound) = session.outbound.lock() {
-                    outbound.clear();
-                }
+    let served = grpc_server::Served { engine, callers, routes };
+    grpc_server::serve(mcp_proto::socket::incoming(listener), served, shutdown, async move {
+        health.set_not_serving::<McpServiceServer<server::McpGrpc>>().await;
+        // Legacy sessions' standalone streams never end by themselves: end them, so the
+        // drain waits only for requests (the client reopens them on another replica).
+        for session in sessions.sessions.all() {
+            if let Ok(mut outbound) = session.outbound.lock() {
+                outbound.clear();
             }
-        })
-        .await?;
+        }
+    })
+    .await;
     tracing::info!(service = "mcp-service", "stopped");
     Ok(())
 }

@@ -45,14 +45,61 @@ impl McpGrpc {
 type FrameStream = Pin<Box<dyn Stream<Item = Result<pb::McpFrame, Status>> + Send + 'static>>;
 
 fn frames(rx: mpsc::Receiver<Frame>) -> FrameStream {
-    Box::pin(ReceiverStream::new(rx).map(|f| {
-        Ok(pb::McpFrame {
-            json: f.json.into(),
-            disposition: f.disposition as i32,
-            session_id: f.session_id.unwrap_or_default(),
-            cache: f.cache,
-        })
-    }))
+    Box::pin(ReceiverStream::new(rx).map(|f| Ok(message(f))))
+}
+
+/// A request's work, in its span, and the frames it sends: the work sends them, then ends (a
+/// legacy session may keep a sender for later messages).
+pub(crate) fn start(
+    engine: Arc<Engine>,
+    metadata: &tonic::metadata::MetadataMap,
+    req: pb::McpRequest,
+) -> (impl std::future::Future<Output = ()> + Send + 'static, mpsc::Receiver<Frame>) {
+    // Fields known now are set now: with JSON logs each later `record` re-writes the span's
+    // formatted fields.
+    let span = tracing::info_span!(
+        "mcp.handle",
+        otel.name = "mcp-service handle",
+        request_id = (!req.request_id.is_empty()).then_some(req.request_id.as_str()),
+        trace_id = tracing::field::Empty,
+        mcp.method = tracing::field::Empty,
+        mcp.era = tracing::field::Empty,
+        mcp.tool = tracing::field::Empty,
+        outcome = tracing::field::Empty,
+        error.code = tracing::field::Empty,
+    );
+    mcp_proto::telemetry::extract_grpc(&span, metadata);
+    let era = req.era();
+    let transport = req.transport();
+    // The request is taken apart, not copied.
+    let pb::McpRequest { body, header_version, principal, session_id, accepts_stream, param_headers, if_tag, .. } = req;
+    let ctx = Context {
+        era: match era {
+            pb::Era::Legacy => Some(Era::Legacy),
+            pb::Era::Modern => Some(Era::Modern),
+            pb::Era::Unspecified => None,
+        },
+        header_version: (!header_version.is_empty()).then_some(header_version),
+        transport,
+        principal,
+        session: None,
+        session_token: (!session_id.is_empty()).then_some(session_id),
+        accepts_stream,
+        param_headers,
+        if_tag: (!if_tag.is_empty()).then_some(if_tag),
+    };
+    let (tx, rx) = mpsc::channel(16);
+    (async move { engine.handle(&body, &ctx, &tx).await }.instrument(span), rx)
+}
+
+/// A frame as the `McpFrame` message it travels in.
+pub(crate) fn message(f: Frame) -> pb::McpFrame {
+    pb::McpFrame {
+        json: f.json.into(),
+        disposition: f.disposition as i32,
+        session_id: f.session_id.unwrap_or_default(),
+        cache: f.cache,
+    }
 }
 
 #[tonic::async_trait]
@@ -61,44 +108,7 @@ impl McpService for McpGrpc {
 
     async fn handle(&self, request: Request<pb::McpRequest>) -> Result<Response<Self::HandleStream>, Status> {
         let (metadata, _, req) = request.into_parts();
-        // Fields known now are set now: with JSON logs each later `record` re-writes the span's
-        // formatted fields.
-        let span = tracing::info_span!(
-            "mcp.handle",
-            otel.name = "mcp-service handle",
-            request_id = (!req.request_id.is_empty()).then_some(req.request_id.as_str()),
-            trace_id = tracing::field::Empty,
-            mcp.method = tracing::field::Empty,
-            mcp.era = tracing::field::Empty,
-            mcp.tool = tracing::field::Empty,
-            outcome = tracing::field::Empty,
-            error.code = tracing::field::Empty,
-        );
-        mcp_proto::telemetry::extract_grpc(&span, &metadata);
-        let era = req.era();
-        let transport = req.transport();
-        // The request is taken apart, not copied.
-        let pb::McpRequest {
-            body, header_version, principal, session_id, accepts_stream, param_headers, if_tag, ..
-        } = req;
-        let ctx = Context {
-            era: match era {
-                pb::Era::Legacy => Some(Era::Legacy),
-                pb::Era::Modern => Some(Era::Modern),
-                pb::Era::Unspecified => None,
-            },
-            header_version: (!header_version.is_empty()).then_some(header_version),
-            transport,
-            principal,
-            session: None,
-            session_token: (!session_id.is_empty()).then_some(session_id),
-            accepts_stream,
-            param_headers,
-            if_tag: (!if_tag.is_empty()).then_some(if_tag),
-        };
-        let (tx, rx) = mpsc::channel(16);
-        let engine = self.engine.clone();
-        let work = async move { engine.handle(&body, &ctx, &tx).await }.instrument(span);
+        let (work, rx) = start(self.engine.clone(), &metadata, req);
         match self.work {
             // Frames flow as the work sends them; it stops when the caller goes away and the
             // stream is dropped.

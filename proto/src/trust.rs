@@ -42,15 +42,23 @@ impl Require {
     }
 }
 
-impl Interceptor for Require {
-    fn call(&mut self, request: Request<()>) -> Result<Request<()>, Status> {
-        let Some(expected) = &self.0 else { return Ok(request) };
-        let given = request.metadata().get("authorization").map(|v| v.as_bytes()).unwrap_or_default();
+impl Require {
+    /// Whether a call with `metadata` may be served: without a configured token, always.
+    pub fn check(&self, metadata: &tonic::metadata::MetadataMap) -> Result<(), Status> {
+        let Some(expected) = &self.0 else { return Ok(()) };
+        let given = metadata.get("authorization").map(|v| v.as_bytes()).unwrap_or_default();
         if bool::from(given.ct_eq(expected.as_bytes())) {
-            Ok(request)
+            Ok(())
         } else {
             Err(Status::unauthenticated("this service accepts calls only from its callers"))
         }
+    }
+}
+
+impl Interceptor for Require {
+    fn call(&mut self, request: Request<()>) -> Result<Request<()>, Status> {
+        self.check(request.metadata())?;
+        Ok(request)
     }
 }
 

@@ -7,6 +7,7 @@ mod deployment;
 mod errors;
 mod faults;
 mod faults_load;
+mod grpc;
 mod hostile_input;
 mod http;
 mod http_backend;
