@@ -109,6 +109,15 @@ fn final_event(frame: &pb::McpFrame, error_id: Option<&str>) -> Result<Event, In
 /// unread would reset the HTTP/2 stream, and a connection that sees too many resets is closed
 /// by the HTTP/2 layer with every call on it.
 async fn finish(mut frames: Streaming<pb::McpFrame>) {
+    use futures_util::FutureExt as _;
+    // Mostly the trailers came with the final frame: then no timer is set for them.
+    loop {
+        match frames.message().now_or_never() {
+            Some(Ok(Some(_))) => {}
+            Some(_) => return,
+            None => break,
+        }
+    }
     let _ = tokio::time::timeout(std::time::Duration::from_secs(1), async {
         while let Ok(Some(_)) = frames.message().await {}
     })

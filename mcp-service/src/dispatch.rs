@@ -133,7 +133,12 @@ impl Engine {
     /// Handle one body (a message or a batch): interim frames, then exactly one final frame.
     pub async fn handle(&self, body: &[u8], ctx: &Context, sink: &Sink) {
         let era_hint = ctx.era.unwrap_or(Era::Legacy);
-        let frame = match envelope::parse_body(body) {
+        // Over HTTP the gateway parsed the body before it, with the same function.
+        let parsed = match ctx.transport {
+            Transport::StreamableHttp => envelope::parse_checked_body(body),
+            _ => envelope::parse_body(body),
+        };
+        let frame = match parsed {
             Err(e) => Some(envelope_error(e, era_hint)),
             Ok(Body::Single(env)) => self.handle_one(env, ctx, sink).await,
             Ok(Body::Batch(items)) => self.handle_batch(items, ctx, sink).await,
@@ -222,7 +227,7 @@ impl Engine {
         }
         let mut replies: Vec<Box<serde_json::value::RawValue>> = Vec::new();
         for raw in items {
-            let frame = match envelope::parse_message(raw) {
+            let frame = match envelope::parse_message(raw.get()) {
                 Err(e) => Some(envelope_error(e, Era::Legacy)),
                 Ok(env) if env.body_era() == Era::Modern || env.method == "initialize" => {
                     let e = Error::InvalidRequest(format!("`{}` cannot be part of a batch", env.method));
@@ -481,7 +486,7 @@ impl Payload {
 
 /// The bytes of a whole message (responses are re-parsed whole).
 fn env_bytes<'a>(env: &Envelope<'a>) -> &'a [u8] {
-    env.raw.get().as_bytes()
+    env.raw.as_bytes()
 }
 
 fn parse_params(env: &Envelope<'_>) -> Result<Value, Error> {

@@ -33,8 +33,8 @@ pub enum EnvelopeError {
 /// value is passed on rather than interpreted.
 #[derive(Debug)]
 pub struct Envelope<'a> {
-    /// The whole message.
-    pub raw: &'a RawValue,
+    /// The whole message, as JSON text (no whitespace around it).
+    pub raw: &'a str,
     pub kind: Kind,
     /// The raw `id` (a string or an integer), absent for notifications.
     pub id: Option<&'a RawValue>,
@@ -179,24 +179,39 @@ impl<'de> serde::de::Visitor<'de> for Probe {
 /// Not UTF-8, not JSON, nested deeper than 128 levels or carrying a number beyond `f64`: a
 /// parse error (-32700). A leading byte order mark is ignored (RFC 8259 §8.1).
 pub fn parse_body(body: &[u8]) -> Result<Body<'_>, EnvelopeError> {
+    parse(body, true)
+}
+
+/// [`parse_body`] for a body the HTTP edge has parsed with it already, and so probed: mcp-service
+/// over gRPC, behind the gateway. Without the probe, a body no edge checked still cannot make a
+/// later step recurse without limit (every tree of JSON values is built by serde_json, within
+/// its limit), and bad JSON is still refused, though as an invalid message (-32600) rather than
+/// a parse error.
+pub fn parse_checked_body(body: &[u8]) -> Result<Body<'_>, EnvelopeError> {
+    parse(body, false)
+}
+
+fn parse(body: &[u8], probe: bool) -> Result<Body<'_>, EnvelopeError> {
     let text = std::str::from_utf8(body).map_err(|e| EnvelopeError::Parse(format!("body is not valid UTF-8: {e}")))?;
     let text = text.trim_start_matches('\u{feff}');
-    serde_json::from_str::<Probe>(text).map_err(|e| EnvelopeError::Parse(e.to_string()))?;
+    if probe {
+        serde_json::from_str::<Probe>(text).map_err(|e| EnvelopeError::Parse(e.to_string()))?;
+    }
     let trimmed = text.trim_start();
     if trimmed.starts_with('[') {
         let items: Vec<&RawValue> = serde_json::from_str(text).map_err(|e| EnvelopeError::Parse(e.to_string()))?;
         return Ok(Body::Batch(items));
     }
-    let raw: &RawValue = serde_json::from_str(text).map_err(|e| EnvelopeError::Parse(e.to_string()))?;
-    parse_message(raw).map(Body::Single)
+    // The probe read one JSON value, with nothing but JSON's whitespace around it.
+    parse_message(text.trim_matches([' ', '\t', '\n', '\r'])).map(Body::Single)
 }
 
-/// Parse one JSON-RPC message that is already known to be valid JSON.
-pub fn parse_message(raw: &RawValue) -> Result<Envelope<'_>, EnvelopeError> {
-    if !is_object(raw) {
+/// Parse one JSON-RPC message: `raw` is known to be one JSON value, whitespace trimmed.
+pub fn parse_message(raw: &str) -> Result<Envelope<'_>, EnvelopeError> {
+    if !raw.starts_with('{') {
         return Err(EnvelopeError::Invalid { id: None, reason: "a JSON-RPC message must be a JSON object".into() });
     }
-    let msg: RawMessage<'_> = serde_json::from_str(raw.get())
+    let msg: RawMessage<'_> = serde_json::from_str(raw)
         .map_err(|e| EnvelopeError::Invalid { id: None, reason: format!("malformed JSON-RPC message: {e}") })?;
     let echo_id = msg.id.filter(|id| is_valid_id(id)).map(|id| id.get().to_owned());
     let invalid = |reason: &str| EnvelopeError::Invalid { id: echo_id.clone(), reason: reason.to_owned() };
@@ -445,6 +460,29 @@ mod tests {
             parse_body(br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"arguments":{"a":1,"a":2}}}"#)
                 .is_ok()
         );
+    }
+
+    /// A checked body is parsed as `parse_body` parses it; JSON that is not one value is still
+    /// refused, as an invalid message.
+    #[test]
+    fn a_checked_body_is_read_alike() {
+        let bodies = [
+            " \r\n{\"jsonrpc\":\"2.0\",\"id\":\"a\",\"method\":\"tools/call\",\"params\":{\"name\":\"echo\",\"_meta\":{\"io.modelcontextprotocol/protocolVersion\":\"2026-07-28\"}}}\t ",
+            "\u{feff}{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{}}",
+        ];
+        for body in bodies {
+            let (Ok(Body::Single(a)), Ok(Body::Single(b))) =
+                (parse_body(body.as_bytes()), parse_checked_body(body.as_bytes()))
+            else {
+                panic!("{body}: one message both ways");
+            };
+            assert_eq!(format!("{a:?}"), format!("{b:?}"), "{body}");
+            assert!(a.raw.starts_with('{') && a.raw.ends_with('}'), "{:?}", a.raw);
+        }
+        assert!(matches!(parse_checked_body(b"[1, 2]"), Ok(Body::Batch(items)) if items.len() == 2));
+        for bad in [&b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\"} x"[..], b"{\"jsonrpc\":", b"\xff"] {
+            assert!(parse_checked_body(bad).is_err(), "{}", String::from_utf8_lossy(bad));
+        }
     }
 
     #[test]

@@ -1,0 +1,154 @@
+//! mcp-service's gRPC server as a gRPC client meets it, over HTTP/2 on its port: `Handle`
+//! answers with its frames and ends with `grpc-status: 0`; a call it cannot serve ends with a
+//! status alone, as tonic's servers answer one.
+
+use bytes::{Buf as _, Bytes};
+use e2e::{Proc, modern_request};
+use mcp_proto::mcp as pb;
+use prost::Message as _;
+use serde_json::{Value, json};
+
+const TOKEN: &str = "grpc-edge-token-7";
+const HANDLE: &str = "/mcp.v1.McpService/Handle";
+
+/// What a call came back with.
+struct Answer {
+    /// `grpc-status` from the trailers, or from the head when nothing else came.
+    status: String,
+    message: String,
+    frames: Vec<pb::McpFrame>,
+}
+
+/// A body of one message with gRPC's prefix (`flag` 1 says compressed).
+fn framed(flag: u8, message: &[u8]) -> Bytes {
+    let mut out = vec![flag];
+    out.extend_from_slice(&(message.len() as u32).to_be_bytes());
+    out.extend_from_slice(message);
+    out.into()
+}
+
+/// A request to `Handle` carrying `body` as a modern MCP message.
+fn handle_request(body: &Value) -> Bytes {
+    let request = pb::McpRequest {
+        body: serde_json::to_vec(body).expect("json").into(),
+        era: pb::Era::Modern as i32,
+        header_version: e2e::MODERN.into(),
+        transport: pb::Transport::StreamableHttp as i32,
+        request_id: "grpc-test".into(),
+        ..Default::default()
+    };
+    framed(0, &request.encode_to_vec())
+}
+
+/// Call `path` on `addr` with `body` sent in one DATA frame, as the gateway does.
+async fn call(addr: std::net::SocketAddr, path: &str, token: Option<&str>, body: Bytes) -> Answer {
+    let tcp = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    let (send, connection) = h2::client::handshake(tcp).await.expect("HTTP/2 handshake");
+    tokio::spawn(connection);
+    let mut send = send.ready().await.expect("ready");
+    let mut request = http::Request::post(format!("http://{addr}{path}"))
+        .header("content-type", "application/grpc")
+        .header("te", "trailers");
+    if let Some(token) = token {
+        request = request.header("authorization", format!("Bearer {token}"));
+    }
+    let (response, mut stream) = send.send_request(request.body(()).expect("request"), false).expect("sent");
+    stream.send_data(body, true).expect("sent");
+    let (head, mut body) = response.await.expect("an answer").into_parts();
+    assert_eq!(head.status, 200);
+    assert_eq!(head.headers.get("content-type").and_then(|v| v.to_str().ok()), Some("application/grpc"));
+    let mut data = Vec::new();
+    while let Some(chunk) = body.data().await {
+        let chunk = chunk.expect("data");
+        let _ = body.flow_control().release_capacity(chunk.len());
+        data.extend_from_slice(&chunk);
+    }
+    let trailers = body.trailers().await.expect("trailers");
+    let ended_by = trailers.as_ref().unwrap_or(&head.headers);
+    let text = |name: &str| ended_by.get(name).and_then(|v| v.to_str().ok()).unwrap_or_default().to_owned();
+    let mut frames = Vec::new();
+    let mut rest = Bytes::from(data);
+    while !rest.is_empty() {
+        assert!(rest.len() >= 5, "a message's prefix");
+        assert_eq!(rest.get_u8(), 0, "not compressed");
+        let length = rest.get_u32() as usize;
+        frames.push(pb::McpFrame::decode(rest.split_to(length)).expect("an McpFrame"));
+    }
+    Answer { status: text("grpc-status"), message: text("grpc-message"), frames }
+}
+
+async fn engine(definitions: &str) -> (Proc, Proc, tempfile::TempDir) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("definitions.yaml");
+    std::fs::write(&file, definitions).expect("write definitions");
+    let registry = Proc::start(
+        "registry-service",
+        &["--listen", "127.0.0.1:0", "--definitions", file.to_str().expect("utf-8")],
+        "registry-service",
+    )
+    .await;
+    let mcp = Proc::start_with_env(
+        "mcp-service-remote",
+        &["--listen", "127.0.0.1:0", "--registry", &registry.url()],
+        &[("MCP_SERVICE_SERVICE_TOKEN", TOKEN)],
+        "mcp-service",
+    )
+    .await;
+    (registry, mcp, dir)
+}
+
+/// Calls answered: a tool's reply in one frame, a large resource's in one message (sent in
+/// pieces), each ending with `grpc-status: 0`.
+#[tokio::test]
+async fn handle_answers_its_frames_then_ok() {
+    let large = "0123456789abcdef".repeat(6 * 1024);
+    let definitions = format!(
+        "builtins: [demo]\nresources:\n  - uri: test://large\n    name: large\n    mime_type: text/plain\n    text: \"{large}\"\n"
+    );
+    let (_registry, mcp, _dir) = engine(&definitions).await;
+
+    let body = modern_request(7, "tools/call", json!({ "name": "echo", "arguments": { "message": "over gRPC" } }));
+    let answer = call(mcp.addr(), HANDLE, Some(TOKEN), handle_request(&body)).await;
+    assert_eq!((answer.status.as_str(), answer.frames.len()), ("0", 1), "{}", answer.message);
+    let frame = &answer.frames[0];
+    assert_eq!(frame.disposition, pb::Disposition::Reply as i32);
+    let reply: Value = serde_json::from_slice(&frame.json).expect("JSON");
+    assert_eq!(reply["id"], 7);
+    assert!(reply["result"]["content"][0]["text"].as_str().is_some_and(|t| t.contains("over gRPC")), "{reply}");
+
+    let body = modern_request(8, "resources/read", json!({ "uri": "test://large" }));
+    let answer = call(mcp.addr(), HANDLE, Some(TOKEN), handle_request(&body)).await;
+    assert_eq!((answer.status.as_str(), answer.frames.len()), ("0", 1), "{}", answer.message);
+    let reply: Value = serde_json::from_slice(&answer.frames[0].json).expect("JSON");
+    assert_eq!(reply["result"]["contents"][0]["text"], large.as_str());
+    assert_eq!(answer.frames[0].disposition, pb::Disposition::Reply as i32, "the fields after the large JSON");
+
+    // The other methods are served too (tonic's), behind the same token.
+    let answer = call(mcp.addr(), "/mcp.v1.McpService/EndSession", Some(TOKEN), framed(0, b"")).await;
+    assert_eq!(answer.status, "0", "{}", answer.message);
+}
+
+/// Calls refused: without the service token, with a compressed or malformed message, and to a
+/// method that does not exist; each with the status a tonic server gives.
+#[tokio::test]
+async fn handle_refuses_what_it_cannot_serve() {
+    let (_registry, mcp, _dir) = engine("builtins: [demo]\n").await;
+    let body = handle_request(&modern_request(1, "tools/list", json!({})));
+    let cases: [(&str, Option<&str>, Bytes, &str); 7] = [
+        ("no token", None, body.clone(), "16"),
+        ("a wrong token", Some("grpc-edge-token-8"), body.clone(), "16"),
+        ("compressed", Some(TOKEN), framed(1, &body[5..]), "12"),
+        ("not protobuf", Some(TOKEN), framed(0, b"\xff\xff\xff"), "13"),
+        ("shorter than its prefix says", Some(TOKEN), body.slice(..body.len() - 1), "13"),
+        ("no message", Some(TOKEN), Bytes::new(), "13"),
+        ("two messages", Some(TOKEN), [body.clone(), body.clone()].concat().into(), "13"),
+    ];
+    for (case, token, sent, status) in cases {
+        let answer = call(mcp.addr(), HANDLE, token, sent).await;
+        assert_eq!(answer.status, status, "{case}: {}", answer.message);
+        assert!(answer.frames.is_empty(), "{case}: no frame");
+        assert!(!answer.message.is_empty(), "{case}: a reason");
+    }
+    let answer = call(mcp.addr(), "/mcp.v1.McpService/NoSuchMethod", Some(TOKEN), body).await;
+    assert_eq!(answer.status, "12", "{}", answer.message);
+}
