@@ -160,7 +160,7 @@ pub fn check_param_headers(
     arguments: &Value,
     headers: &std::collections::HashMap<String, String>,
 ) -> Result<(), Error> {
-    let Some(properties) = def.pointer("/inputSchema/properties").and_then(Value::as_object) else {
+    let Some(properties) = def.get("inputSchema").and_then(|s| s.get("properties")).and_then(Value::as_object) else {
         return Ok(());
     };
     for (param, schema) in properties {
