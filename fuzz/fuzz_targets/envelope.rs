@@ -1,8 +1,9 @@
 //! The JSON-RPC envelope and the era rule: any bytes, with any `MCP-Protocol-Version` header,
-//! parse to a message or a clean error; nothing panics.
+//! parse to a message or a clean error; nothing panics. The parse without the depth probe
+//! (mcp-service's, behind the gateway) reads what the probe accepts alike.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
-use mcp_proto::envelope::{Body, parse_body};
+use mcp_proto::envelope::{Body, parse_body, parse_checked_body};
 
 fuzz_target!(|data: &[u8]| {
     // The first byte says how long the header value is; the rest is the body.
@@ -18,5 +19,11 @@ fuzz_target!(|data: &[u8]| {
         let _ = env.id_json();
         let _ = env.meta_version_str();
         let _ = gateway::era::classify(&env, header);
+    }
+    // mcp-service's parse of a body the gateway parsed: any bytes, checked or not, give a
+    // message or a clean error, and a body the probe accepts reads alike both ways.
+    let checked = parse_checked_body(body);
+    if let (Ok(Body::Single(a)), Ok(Body::Single(b))) = (parse_body(body), &checked) {
+        assert_eq!(format!("{a:?}"), format!("{b:?}"));
     }
 });

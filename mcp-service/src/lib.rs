@@ -124,7 +124,7 @@ pub fn engine_with(
 /// socket.
 pub fn in_process(engine: Arc<Engine>) -> GrpcChannel {
     use mcp_proto::mcp::mcp_service_server::McpServiceServer;
-    mcp_proto::transport::in_process(McpServiceServer::new(server::McpGrpc::new(engine, server::Work::Spawned)))
+    mcp_proto::transport::in_process(McpServiceServer::new(server::McpGrpc::new(engine)))
 }
 
 /// Bind the configured address and serve gRPC until `shutdown`.
@@ -162,10 +162,9 @@ pub async fn serve(
     let (health, health_service) = tonic_health::server::health_reporter();
     health.set_serving::<McpServiceServer<server::McpGrpc>>().await;
     tracing::info!(service = "mcp-service", %addr, "listening");
-    let routes = tonic::service::Routes::new(health_service).add_service(McpServiceServer::with_interceptor(
-        server::McpGrpc::new(engine.clone(), server::Work::Inline),
-        callers.clone(),
-    ));
+    let routes = tonic::service::Routes::new(health_service)
+        .add_service(McpServiceServer::with_interceptor(server::McpGrpc::new(engine.clone()), callers.clone()))
+        .prepare();
     let sessions = engine.clone();
     let served = grpc_server::Served { engine, callers, routes };
     grpc_server::serve(mcp_proto::socket::incoming(listener), served, shutdown, async move {

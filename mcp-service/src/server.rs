@@ -15,30 +15,16 @@ use tracing::Instrument as _;
 use crate::context::{Context, Frame};
 use crate::dispatch::Engine;
 
+/// The generated service's implementation. Over the network `Handle` is answered by
+/// [`crate::grpc_server`], which polls the work inside the answer; this one serves it in
+/// process (standalone), and the other methods everywhere.
 pub struct McpGrpc {
     engine: Arc<Engine>,
-    /// Where a request's work runs (see [`Work`]).
-    work: Work,
-}
-
-/// Where a request's work runs.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Work {
-    /// Inside the response stream, polled by the HTTP/2 server's task for that stream: no task
-    /// of its own (a spawn copied the large future into a new task, and each frame woke the
-    /// stream's task from another one). Measured over the network: mcp-service's CPU per
-    /// `tools/call` 44 → 32 µs and per legacy `tools/list` 47 → 35 µs.
-    Inline,
-    /// On a task of its own. In process (standalone), the caller's HTTP connection task polls
-    /// the stream, and work inline there wakes that very task with each frame it sends:
-    /// measured, standalone calls and legacy lists cost 50 % more CPU inline, the kernel's
-    /// thread wake-up path growing from 2 % to 13 % of the profile.
-    Spawned,
 }
 
 impl McpGrpc {
-    pub fn new(engine: Arc<Engine>, work: Work) -> Self {
-        Self { engine, work }
+    pub fn new(engine: Arc<Engine>) -> Self {
+        Self { engine }
     }
 }
 
@@ -48,8 +34,8 @@ fn frames(rx: mpsc::Receiver<Frame>) -> FrameStream {
     Box::pin(ReceiverStream::new(rx).map(|f| Ok(message(f))))
 }
 
-/// A request's work, in its span, and the frames it sends: the work sends them, then ends (a
-/// legacy session may keep a sender for later messages).
+/// A request's work, in its span, and the frames it sends: the channel ends when the work does
+/// (the work holds its only sender).
 pub(crate) fn start(
     engine: Arc<Engine>,
     metadata: &tonic::metadata::MetadataMap,
@@ -109,19 +95,13 @@ impl McpService for McpGrpc {
     async fn handle(&self, request: Request<pb::McpRequest>) -> Result<Response<Self::HandleStream>, Status> {
         let (metadata, _, req) = request.into_parts();
         let (work, rx) = start(self.engine.clone(), &metadata, req);
-        match self.work {
-            // Frames flow as the work sends them; it stops when the caller goes away and the
-            // stream is dropped.
-            Work::Inline => {
-                let done = futures_util::stream::once(Box::pin(work)).filter_map(|()| std::future::ready(None));
-                Ok(Response::new(Box::pin(futures_util::stream::select(done, frames(rx)))))
-            }
-            // When the caller goes away the channel closes and the work stops at its next send.
-            Work::Spawned => {
-                tokio::spawn(work);
-                Ok(Response::new(frames(rx)))
-            }
-        }
+        // On a task of its own: in process, the caller's HTTP connection task polls the
+        // stream, and work inline there would wake that very task with each frame it sends
+        // (measured: standalone calls and legacy lists cost 50 % more CPU inline, the kernel's
+        // thread wake-up path growing from 2 % to 13 % of the profile). When the caller goes
+        // away the channel closes and the work stops at its next send.
+        tokio::spawn(work);
+        Ok(Response::new(frames(rx)))
     }
 
     type ListenStream = FrameStream;

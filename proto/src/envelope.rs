@@ -185,8 +185,8 @@ pub fn parse_body(body: &[u8]) -> Result<Body<'_>, EnvelopeError> {
 /// [`parse_body`] for a body the HTTP edge has parsed with it already, and so probed: mcp-service
 /// over gRPC, behind the gateway. Without the probe, a body no edge checked still cannot make a
 /// later step recurse without limit (every tree of JSON values is built by serde_json, within
-/// its limit), and bad JSON is still refused, though as an invalid message (-32600) rather than
-/// a parse error.
+/// its limit), and bad JSON is still refused: a single message as an invalid one (-32600)
+/// rather than a parse error, a batch or a body that is not UTF-8 as a parse error.
 pub fn parse_checked_body(body: &[u8]) -> Result<Body<'_>, EnvelopeError> {
     parse(body, false)
 }

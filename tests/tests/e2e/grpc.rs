@@ -1,6 +1,6 @@
 //! mcp-service's gRPC server as a gRPC client meets it, over HTTP/2 on its port: `Handle`
 //! answers with its frames and ends with `grpc-status: 0`; a call it cannot serve ends with a
-//! status alone, as tonic's servers answer one.
+//! status alone (in the answer's head, as tonic's servers send one).
 
 use bytes::{Buf as _, Bytes};
 use e2e::{Proc, modern_request};
@@ -16,7 +16,15 @@ struct Answer {
     /// `grpc-status` from the trailers, or from the head when nothing else came.
     status: String,
     message: String,
-    frames: Vec<pb::McpFrame>,
+    /// The messages that came, each without its prefix.
+    messages: Vec<Bytes>,
+}
+
+impl Answer {
+    /// The messages as `Handle`'s frames.
+    fn frames(&self) -> Vec<pb::McpFrame> {
+        self.messages.iter().map(|m| pb::McpFrame::decode(m.clone()).expect("an McpFrame")).collect()
+    }
 }
 
 /// A body of one message with gRPC's prefix (`flag` 1 says compressed).
@@ -42,6 +50,11 @@ fn handle_request(body: &Value) -> Bytes {
 
 /// Call `path` on `addr` with `body` sent in one DATA frame, as the gateway does.
 async fn call(addr: std::net::SocketAddr, path: &str, token: Option<&str>, body: Bytes) -> Answer {
+    call_ending(addr, path, token, body, true).await
+}
+
+/// [`call`], the request's stream left open after `body` unless `end`.
+async fn call_ending(addr: std::net::SocketAddr, path: &str, token: Option<&str>, body: Bytes, end: bool) -> Answer {
     let tcp = tokio::net::TcpStream::connect(addr).await.expect("connect");
     let (send, connection) = h2::client::handshake(tcp).await.expect("HTTP/2 handshake");
     tokio::spawn(connection);
@@ -53,7 +66,7 @@ async fn call(addr: std::net::SocketAddr, path: &str, token: Option<&str>, body:
         request = request.header("authorization", format!("Bearer {token}"));
     }
     let (response, mut stream) = send.send_request(request.body(()).expect("request"), false).expect("sent");
-    stream.send_data(body, true).expect("sent");
+    stream.send_data(body, end).expect("sent");
     let (head, mut body) = response.await.expect("an answer").into_parts();
     assert_eq!(head.status, 200);
     assert_eq!(head.headers.get("content-type").and_then(|v| v.to_str().ok()), Some("application/grpc"));
@@ -66,15 +79,15 @@ async fn call(addr: std::net::SocketAddr, path: &str, token: Option<&str>, body:
     let trailers = body.trailers().await.expect("trailers");
     let ended_by = trailers.as_ref().unwrap_or(&head.headers);
     let text = |name: &str| ended_by.get(name).and_then(|v| v.to_str().ok()).unwrap_or_default().to_owned();
-    let mut frames = Vec::new();
+    let mut messages = Vec::new();
     let mut rest = Bytes::from(data);
     while !rest.is_empty() {
         assert!(rest.len() >= 5, "a message's prefix");
         assert_eq!(rest.get_u8(), 0, "not compressed");
         let length = rest.get_u32() as usize;
-        frames.push(pb::McpFrame::decode(rest.split_to(length)).expect("an McpFrame"));
+        messages.push(rest.split_to(length));
     }
-    Answer { status: text("grpc-status"), message: text("grpc-message"), frames }
+    Answer { status: text("grpc-status"), message: text("grpc-message"), messages }
 }
 
 async fn engine(definitions: &str) -> (Proc, Proc, tempfile::TempDir) {
@@ -109,8 +122,9 @@ async fn handle_answers_its_frames_then_ok() {
 
     let body = modern_request(7, "tools/call", json!({ "name": "echo", "arguments": { "message": "over gRPC" } }));
     let answer = call(mcp.addr(), HANDLE, Some(TOKEN), handle_request(&body)).await;
-    assert_eq!((answer.status.as_str(), answer.frames.len()), ("0", 1), "{}", answer.message);
-    let frame = &answer.frames[0];
+    let frames = answer.frames();
+    assert_eq!((answer.status.as_str(), frames.len()), ("0", 1), "{}", answer.message);
+    let frame = &frames[0];
     assert_eq!(frame.disposition, pb::Disposition::Reply as i32);
     let reply: Value = serde_json::from_slice(&frame.json).expect("JSON");
     assert_eq!(reply["id"], 7);
@@ -118,18 +132,20 @@ async fn handle_answers_its_frames_then_ok() {
 
     let body = modern_request(8, "resources/read", json!({ "uri": "test://large" }));
     let answer = call(mcp.addr(), HANDLE, Some(TOKEN), handle_request(&body)).await;
-    assert_eq!((answer.status.as_str(), answer.frames.len()), ("0", 1), "{}", answer.message);
-    let reply: Value = serde_json::from_slice(&answer.frames[0].json).expect("JSON");
+    let frames = answer.frames();
+    assert_eq!((answer.status.as_str(), frames.len()), ("0", 1), "{}", answer.message);
+    let reply: Value = serde_json::from_slice(&frames[0].json).expect("JSON");
     assert_eq!(reply["result"]["contents"][0]["text"], large.as_str());
-    assert_eq!(answer.frames[0].disposition, pb::Disposition::Reply as i32, "the fields after the large JSON");
+    assert_eq!(frames[0].disposition, pb::Disposition::Reply as i32, "the fields after the large JSON");
 
     // The other methods are served too (tonic's), behind the same token.
     let answer = call(mcp.addr(), "/mcp.v1.McpService/EndSession", Some(TOKEN), framed(0, b"")).await;
     assert_eq!(answer.status, "0", "{}", answer.message);
 }
 
-/// Calls refused: without the service token, with a compressed or malformed message, and to a
-/// method that does not exist; each with the status a tonic server gives.
+/// Calls refused: without the service token (checked before the message is read), with a
+/// compressed or malformed message, and to a method that does not exist; each with a status
+/// and its reason.
 #[tokio::test]
 async fn handle_refuses_what_it_cannot_serve() {
     let (_registry, mcp, _dir) = engine("builtins: [demo]\n").await;
@@ -137,7 +153,7 @@ async fn handle_refuses_what_it_cannot_serve() {
     let cases: [(&str, Option<&str>, Bytes, &str); 7] = [
         ("no token", None, body.clone(), "16"),
         ("a wrong token", Some("grpc-edge-token-8"), body.clone(), "16"),
-        ("compressed", Some(TOKEN), framed(1, &body[5..]), "12"),
+        ("compressed", Some(TOKEN), framed(1, &body[5..]), "13"),
         ("not protobuf", Some(TOKEN), framed(0, b"\xff\xff\xff"), "13"),
         ("shorter than its prefix says", Some(TOKEN), body.slice(..body.len() - 1), "13"),
         ("no message", Some(TOKEN), Bytes::new(), "13"),
@@ -146,9 +162,18 @@ async fn handle_refuses_what_it_cannot_serve() {
     for (case, token, sent, status) in cases {
         let answer = call(mcp.addr(), HANDLE, token, sent).await;
         assert_eq!(answer.status, status, "{case}: {}", answer.message);
-        assert!(answer.frames.is_empty(), "{case}: no frame");
+        assert!(answer.messages.is_empty(), "{case}: no frame");
         assert!(!answer.message.is_empty(), "{case}: a reason");
     }
-    let answer = call(mcp.addr(), "/mcp.v1.McpService/NoSuchMethod", Some(TOKEN), body).await;
+    let answer = call(mcp.addr(), "/mcp.v1.McpService/NoSuchMethod", Some(TOKEN), body.clone()).await;
     assert_eq!(answer.status, "12", "{}", answer.message);
+    // The token is checked before the message is read: refused while the request is still open.
+    let open = call_ending(mcp.addr(), HANDLE, None, body.slice(..3), false);
+    let answer = tokio::time::timeout(std::time::Duration::from_secs(10), open).await.expect("refused before the end");
+    assert_eq!(answer.status, "16", "{}", answer.message);
+    // The other methods are behind the token too; the health service is open to probes.
+    let answer = call(mcp.addr(), "/mcp.v1.McpService/EndSession", None, framed(0, b"")).await;
+    assert_eq!(answer.status, "16", "{}", answer.message);
+    let answer = call(mcp.addr(), "/grpc.health.v1.Health/Check", None, framed(0, b"")).await;
+    assert_eq!((answer.status.as_str(), answer.messages.len()), ("0", 1), "{}", answer.message);
 }
