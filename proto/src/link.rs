@@ -528,6 +528,44 @@ mod tests {
         assert_eq!(accepted.load(Ordering::SeqCst), 1);
     }
 
+    /// Calls made together while an attempt to connect hangs (the server's queue of
+    /// connections waiting to be accepted is full, so the attempt is neither refused nor
+    /// answered) share that one attempt and fail with its error when it times out, rather than
+    /// each waiting out the timeout in turn.
+    #[tokio::test]
+    async fn calls_waiting_on_a_failing_attempt_fail_with_it() {
+        let socket = tokio::net::TcpSocket::new_v4().expect("test setup");
+        socket.bind("127.0.0.1:0".parse().expect("test setup")).expect("test setup");
+        let full = socket.listen(1).expect("test setup");
+        let addr = full.local_addr().expect("test setup");
+        // Connections are queued until the queue is full; the next one then hangs.
+        let mut queued = Vec::new();
+        loop {
+            match tokio::time::timeout(Duration::from_millis(200), TcpStream::connect(addr)).await {
+                Ok(Ok(tcp)) => queued.push(tcp),
+                Ok(Err(e)) => panic!("a connection was refused rather than queued: {e}"),
+                Err(_) => break,
+            }
+            assert!(queued.len() < 64, "the listener's queue never filled");
+        }
+        let timeout = Duration::from_millis(500);
+        let link = Link::new(&format!("http://{addr}"), Settings { connect_timeout: timeout, ..Settings::default() })
+            .expect("a URL");
+        let mut together = tokio::task::JoinSet::new();
+        for _ in 0..8 {
+            let link = link.clone();
+            together.spawn(async move { answer(&link, "/a/b").await.map(drop) });
+        }
+        while let Some(done) = together.join_next().await {
+            let error = done.expect("joined").expect_err("no connection");
+            assert!(error.never_processed(), "{error}");
+            assert!(error.to_string().contains("timed out"), "{error}");
+        }
+        // One attempt, not one each in turn (each would have waited out the timeout).
+        assert_eq!(link.0.failed.load(Ordering::SeqCst), 1, "one attempt for every call");
+        drop((full, queued));
+    }
+
     #[test]
     fn only_plain_http_urls_make_links() {
         assert!(Link::new("http://127.0.0.1:1", Settings::default()).is_ok());
