@@ -177,3 +177,32 @@ async fn handle_refuses_what_it_cannot_serve() {
     let answer = call(mcp.addr(), "/grpc.health.v1.Health/Check", None, framed(0, b"")).await;
     assert_eq!((answer.status.as_str(), answer.messages.len()), ("0", 1), "{}", answer.message);
 }
+
+/// A body as large as the gateway takes (`max_body_bytes`, 4 MiB) reaches the engine through
+/// the microservices and is answered: the call carrying it, a little larger, is read by
+/// mcp-service too (tonic's server refused messages above 4 MiB, and the call was a 502).
+#[tokio::test]
+async fn a_body_at_the_gateway_s_limit_is_served() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("definitions.yaml");
+    std::fs::write(
+        &file,
+        "tools:\n  - name: measure\n    description: The length of a message\n    input_schema:\n      type: object\n      properties: { message: { type: string } }\n      required: [message]\n    text: \"{{ message | length }}\"\n",
+    )
+    .expect("write definitions");
+    let stack = e2e::Stack::microservices_with(&["--definitions", file.to_str().expect("utf-8")]).await;
+    let limit = 4 * 1024 * 1024;
+    let shape = |n: usize| {
+        let mut body =
+            modern_request(1, "tools/call", json!({ "name": "measure", "arguments": { "message": "x".repeat(n) } }));
+        serde_json::to_vec(&body.take()).expect("JSON")
+    };
+    let padding = limit - shape(0).len();
+    let body = shape(padding);
+    assert_eq!(body.len(), limit);
+    let headers = [("mcp-protocol-version", e2e::MODERN), ("mcp-method", "tools/call"), ("mcp-name", "measure")];
+    let r = stack.client().post_raw(body, &headers).await;
+    assert_eq!(r.status, 200, "{}", r.text.chars().take(500).collect::<String>());
+    assert_eq!(r.json["result"]["content"][0]["text"], padding.to_string(), "{}", r.text);
+    // A byte more is the gateway's to refuse (413, tested with the other refusals).
+}
