@@ -34,13 +34,6 @@ use crate::dispatch::Engine;
 /// The path of `mcp.v1.McpService/Handle`.
 const HANDLE: &str = "/mcp.v1.McpService/Handle";
 
-/// The largest `Handle` message read (the JSON-RPC body and what travels with it): above any
-/// body the gateway forwards (`max_body_bytes`, 4 MiB by default; tonic's server refused
-/// messages above 4 MiB, so a body of exactly that size could not pass). A larger length is
-/// refused from the message's prefix, before the rest is read; only callers that presented the
-/// service token, when one is configured, are read at all.
-const MAX_MESSAGE: usize = 64 * 1024 * 1024;
-
 /// What every connection serves with.
 #[derive(Clone)]
 pub struct Served {
@@ -128,7 +121,7 @@ impl Served {
         let (parts, body) = request.into_parts();
         let metadata = tonic::metadata::MetadataMap::from_headers(parts.headers);
         self.callers.check(&metadata)?;
-        let message = read_message(body, MAX_MESSAGE).await?;
+        let message = read_message(body, mcp_proto::MAX_MESSAGE_BYTES).await?;
         let request = pb::McpRequest::decode(message)
             .map_err(|e| tonic::Status::internal(format!("failed to decode the McpRequest message: {e}")))?;
         let (work, rx) = crate::server::start(self.engine.clone(), &metadata, request);

@@ -63,7 +63,7 @@ pub fn registry_client(target: &str) -> Result<RegistryClient<GrpcChannel>, Star
     let parsed = mcp_proto::balance::Target::parse(target).map_err(StartError::RegistryTarget)?;
     let channel = mcp_proto::balance::connect("registry-service", &parsed, mcp_proto::link::Settings::default())
         .map_err(StartError::RegistryTarget)?;
-    Ok(RegistryClient::new(channel))
+    Ok(RegistryClient::new(channel).max_decoding_message_size(mcp_proto::MAX_MESSAGE_BYTES))
 }
 
 /// A registry in this process, for when none is configured. Passed in by the `mcp-service`
@@ -77,7 +77,8 @@ pub fn embedded_registry(
 ) -> Result<RegistryClient<GrpcChannel>, StartError> {
     let registry_config = registry_service::Config { definitions: config.definitions.clone(), ..Default::default() };
     let catalog = registry_service::live_catalog(&registry_config, shutdown)?;
-    Ok(RegistryClient::new(registry_service::in_process(catalog, shutdown.clone())))
+    Ok(RegistryClient::new(registry_service::in_process(catalog, shutdown.clone()))
+        .max_decoding_message_size(mcp_proto::MAX_MESSAGE_BYTES))
 }
 
 /// The engine for `config`: against the configured registry, or against `embedded` when none
@@ -124,7 +125,9 @@ pub fn engine_with(
 /// socket.
 pub fn in_process(engine: Arc<Engine>) -> GrpcChannel {
     use mcp_proto::mcp::mcp_service_server::McpServiceServer;
-    mcp_proto::transport::in_process(McpServiceServer::new(server::McpGrpc::new(engine)))
+    mcp_proto::transport::in_process(
+        McpServiceServer::new(server::McpGrpc::new(engine)).max_decoding_message_size(mcp_proto::MAX_MESSAGE_BYTES),
+    )
 }
 
 /// Bind the configured address and serve gRPC until `shutdown`.
@@ -163,7 +166,11 @@ pub async fn serve(
     health.set_serving::<McpServiceServer<server::McpGrpc>>().await;
     tracing::info!(service = "mcp-service", %addr, "listening");
     let routes = tonic::service::Routes::new(health_service)
-        .add_service(McpServiceServer::with_interceptor(server::McpGrpc::new(engine.clone()), callers.clone()))
+        .add_service(tonic::service::interceptor::InterceptedService::new(
+            McpServiceServer::new(server::McpGrpc::new(engine.clone()))
+                .max_decoding_message_size(mcp_proto::MAX_MESSAGE_BYTES),
+            callers.clone(),
+        ))
         .prepare();
     let sessions = engine.clone();
     let served = grpc_server::Served { engine, callers, routes };

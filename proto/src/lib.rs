@@ -31,6 +31,13 @@ pub mod transport;
 pub mod trust;
 pub mod vocab;
 
+/// The largest message any of the services' gRPC clients and servers take (tonic's default is
+/// 4 MiB): a resource's contents, a call's arguments and a JSON-RPC body travel as one message,
+/// and the gateway forwards bodies up to its `max_body_bytes` (4 MiB by default) with the call's
+/// other fields around them. Set on every generated client and server, and by mcp-service's own
+/// `Handle` server.
+pub const MAX_MESSAGE_BYTES: usize = 64 * 1024 * 1024;
+
 /// gateway → mcp-service.
 pub mod mcp {
     #![allow(clippy::all)]

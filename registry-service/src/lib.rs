@@ -101,7 +101,11 @@ pub async fn serve(
     let reporter = health_reporter.clone();
     tonic::transport::Server::builder()
         .add_service(health_service)
-        .add_service(mcp_proto::registry::registry_server::RegistryServer::with_interceptor(service, callers))
+        .add_service(tonic::service::interceptor::InterceptedService::new(
+            mcp_proto::registry::registry_server::RegistryServer::new(service)
+                .max_decoding_message_size(mcp_proto::MAX_MESSAGE_BYTES),
+            callers,
+        ))
         .serve_with_incoming_shutdown(incoming, async move {
             drain.cancelled().await;
             reporter
@@ -117,5 +121,8 @@ pub async fn serve(
 /// without a configured registry) instead of over a socket.
 pub fn in_process(catalog: server::CatalogHandle, shutdown: CancellationToken) -> mcp_proto::transport::GrpcChannel {
     let service = server::RegistryService::new(catalog).with_draining(shutdown);
-    mcp_proto::transport::in_process(mcp_proto::registry::registry_server::RegistryServer::new(service))
+    mcp_proto::transport::in_process(
+        mcp_proto::registry::registry_server::RegistryServer::new(service)
+            .max_decoding_message_size(mcp_proto::MAX_MESSAGE_BYTES),
+    )
 }

@@ -180,29 +180,58 @@ async fn handle_refuses_what_it_cannot_serve() {
 
 /// A body as large as the gateway takes (`max_body_bytes`, 4 MiB) reaches the engine through
 /// the microservices and is answered: the call carrying it, a little larger, is read by
-/// mcp-service too (tonic's server refused messages above 4 MiB, and the call was a 502).
+/// mcp-service, and a built-in tool's arguments by registry-service (tonic's default limit of
+/// 4 MiB per message refused both: a 502, and an internal error).
 #[tokio::test]
 async fn a_body_at_the_gateway_s_limit_is_served() {
     let dir = tempfile::tempdir().expect("tempdir");
     let file = dir.path().join("definitions.yaml");
     std::fs::write(
         &file,
-        "tools:\n  - name: measure\n    description: The length of a message\n    input_schema:\n      type: object\n      properties: { message: { type: string } }\n      required: [message]\n    text: \"{{ message | length }}\"\n",
+        "builtins: [demo]\ntools:\n  - name: measure\n    description: The length of a message\n    input_schema:\n      type: object\n      properties: { message: { type: string } }\n      required: [message]\n    text: \"{{ message | length }}\"\n",
     )
     .expect("write definitions");
     let stack = e2e::Stack::microservices_with(&["--definitions", file.to_str().expect("utf-8")]).await;
     let limit = 4 * 1024 * 1024;
-    let shape = |n: usize| {
-        let mut body =
-            modern_request(1, "tools/call", json!({ "name": "measure", "arguments": { "message": "x".repeat(n) } }));
-        serde_json::to_vec(&body.take()).expect("JSON")
-    };
-    let padding = limit - shape(0).len();
-    let body = shape(padding);
-    assert_eq!(body.len(), limit);
-    let headers = [("mcp-protocol-version", e2e::MODERN), ("mcp-method", "tools/call"), ("mcp-name", "measure")];
-    let r = stack.client().post_raw(body, &headers).await;
-    assert_eq!(r.status, 200, "{}", r.text.chars().take(500).collect::<String>());
-    assert_eq!(r.json["result"]["content"][0]["text"], padding.to_string(), "{}", r.text);
+    // A text tool (answered by mcp-service) and a built-in one (its arguments go on to
+    // registry-service in a message of their own).
+    for tool in ["measure", "echo"] {
+        let shape = |n: usize| {
+            let params = json!({ "name": tool, "arguments": { "message": "x".repeat(n) } });
+            serde_json::to_vec(&modern_request(1, "tools/call", params)).expect("JSON")
+        };
+        let padding = limit - shape(0).len();
+        let body = shape(padding);
+        assert_eq!(body.len(), limit);
+        let headers = [("mcp-protocol-version", e2e::MODERN), ("mcp-method", "tools/call"), ("mcp-name", tool)];
+        let r = stack.client().post_raw(body, &headers).await;
+        assert_eq!(r.status, 200, "{tool}: {}", r.text.chars().take(500).collect::<String>());
+        let text = r.json["result"]["content"][0]["text"].as_str().unwrap_or_default().to_owned();
+        let expected = if tool == "measure" { padding.to_string() } else { "x".repeat(padding) };
+        assert!(text == expected, "{tool}: {}", r.text.chars().take(500).collect::<String>());
+    }
     // A byte more is the gateway's to refuse (413, tested with the other refusals).
+}
+
+/// A resource larger than tonic's default message limit (4 MiB) is read whole, through the
+/// microservices (registry-service to mcp-service, mcp-service to the gateway) and standalone
+/// (the same generated clients and servers, in process).
+#[tokio::test]
+async fn a_resource_above_four_mib_is_read_whole() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let text = "0123456789abcdef".repeat(5 * 1024 * 1024 / 16 + 7);
+    std::fs::write(dir.path().join("large.txt"), &text).expect("write resource");
+    let file = dir.path().join("definitions.yaml");
+    std::fs::write(
+        &file,
+        "resources:\n  - uri: test://large\n    name: large\n    mime_type: text/plain\n    file: large.txt\n",
+    )
+    .expect("write definitions");
+    let definitions = ["--definitions", file.to_str().expect("utf-8")];
+    for stack in [e2e::Stack::microservices_with(&definitions).await, e2e::Stack::standalone_with(&definitions).await] {
+        let r = stack.client().modern(1, "resources/read", json!({ "uri": "test://large" })).await;
+        assert_eq!(r.status, 200, "{}", r.text.chars().take(500).collect::<String>());
+        let read = r.json["result"]["contents"][0]["text"].as_str().map(str::len);
+        assert_eq!(read, Some(text.len()), "{}", r.text.chars().take(400).collect::<String>());
+    }
 }
