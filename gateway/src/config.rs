@@ -229,6 +229,14 @@ impl Cli {
         if config.max_body_bytes == 0 {
             return Err("max_body_bytes: must be greater than 0".into());
         }
+        // A body travels to mcp-service in one message, with the call's other fields around it.
+        let most = mcp_proto::MAX_MESSAGE_BYTES - 1024 * 1024;
+        if config.max_body_bytes > most {
+            return Err(format!(
+                "max_body_bytes: at most {most} (the services pass messages of up to {} bytes, a body and what travels with it)",
+                mcp_proto::MAX_MESSAGE_BYTES
+            ));
+        }
         crate::client_addr::TrustedProxies::parse(&config.trusted_proxies)?;
         if config.max_header_bytes < 1024 {
             return Err("max_header_bytes: must be at least 1024".into());

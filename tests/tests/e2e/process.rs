@@ -84,6 +84,14 @@ async fn bad_configuration_is_refused_with_exit_64() {
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(err.contains(mentions), "{name}: {err}");
     }
+    // A body limit above what the services pass between them.
+    let out = std::process::Command::new(bin("gateway"))
+        .args(["--standalone", "--listen", "127.0.0.1:0"])
+        .env("GATEWAY_MAX_BODY_BYTES", "1000000000")
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(64));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("max_body_bytes: at most"));
     // Unknown keys in a file are named.
     let dir = tempfile::tempdir().expect("tempdir");
     let file = dir.path().join("mcp.toml");
