@@ -230,11 +230,13 @@ impl Cli {
             return Err("max_body_bytes: must be greater than 0".into());
         }
         // A body travels to mcp-service in one message, with the call's other fields around it.
-        let most = mcp_proto::MAX_MESSAGE_BYTES - 1024 * 1024;
+        const MIB: usize = 1024 * 1024;
+        let most = mcp_proto::MAX_MESSAGE_BYTES - MIB;
         if config.max_body_bytes > most {
             return Err(format!(
-                "max_body_bytes: at most {most} (the services pass messages of up to {} bytes, a body and what travels with it)",
-                mcp_proto::MAX_MESSAGE_BYTES
+                "max_body_bytes: at most {most} ({} MiB: the services pass messages of up to {} MiB, a body and what travels with it)",
+                most / MIB,
+                mcp_proto::MAX_MESSAGE_BYTES / MIB
             ));
         }
         crate::client_addr::TrustedProxies::parse(&config.trusted_proxies)?;

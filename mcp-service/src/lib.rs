@@ -106,6 +106,8 @@ pub fn engine_with(
     registry: RegistryClient<GrpcChannel>,
     shutdown: &CancellationToken,
 ) -> Arc<Engine> {
+    // Whoever made the client, the engine reads contents of up to the services' limit.
+    let registry = registry.max_decoding_message_size(mcp_proto::MAX_MESSAGE_BYTES);
     let cache = catalog::CatalogCache::follow(registry.clone(), shutdown.clone());
     let sealer = match &config.state_secret {
         Some(secret) => seal::Sealer::new(secret.as_bytes()),
@@ -166,11 +168,8 @@ pub async fn serve(
     health.set_serving::<McpServiceServer<server::McpGrpc>>().await;
     tracing::info!(service = "mcp-service", %addr, "listening");
     let routes = tonic::service::Routes::new(health_service)
-        .add_service(tonic::service::interceptor::InterceptedService::new(
-            McpServiceServer::new(server::McpGrpc::new(engine.clone()))
-                .max_decoding_message_size(mcp_proto::MAX_MESSAGE_BYTES),
-            callers.clone(),
-        ))
+        // Their requests are small (tonic's 4 MiB limit); `Handle` never reaches them here.
+        .add_service(McpServiceServer::with_interceptor(server::McpGrpc::new(engine.clone()), callers.clone()))
         .prepare();
     let sessions = engine.clone();
     let served = grpc_server::Served { engine, callers, routes };

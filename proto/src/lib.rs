@@ -34,8 +34,10 @@ pub mod vocab;
 /// The largest message any of the services' gRPC clients and servers take (tonic's default is
 /// 4 MiB): a resource's contents, a call's arguments and a JSON-RPC body travel as one message,
 /// and the gateway forwards bodies up to its `max_body_bytes` (4 MiB by default) with the call's
-/// other fields around them. Set on every generated client and server, and by mcp-service's own
-/// `Handle` server.
+/// other fields around them. Set on the generated clients and servers that carry such messages,
+/// and used by mcp-service's own `Handle` server, which refuses a longer message from its
+/// prefix, before reading the rest, and reads nothing from a caller without the service token
+/// (when one is configured).
 pub const MAX_MESSAGE_BYTES: usize = 64 * 1024 * 1024;
 
 /// gateway → mcp-service.

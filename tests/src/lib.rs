@@ -217,7 +217,7 @@ impl Stack {
     }
 
     /// The microservices with extra arguments for registry-service and `env` for every service.
-    async fn microservices_in(registry_args: &[&str], env: &[(&str, &str)]) -> Stack {
+    pub async fn microservices_in(registry_args: &[&str], env: &[(&str, &str)]) -> Stack {
         let mut args = vec!["--listen", "127.0.0.1:0"];
         args.extend_from_slice(registry_args);
         let registry = Proc::start_with_env("registry-service", &args, env, "registry-service").await;
