@@ -68,6 +68,15 @@ pub fn tool(def: &HttpDef, cx: &ToolContext<'_>) -> Result<ToolHandler, Vec<Stri
     if def.timeout_ms == Some(0) {
         problems.push("http.timeout_ms must be greater than 0".into());
     }
+    // The answer goes on to mcp-service in one message, as JSON (escaping can grow text).
+    let most = mcp_proto::MAX_MESSAGE_BYTES / 2;
+    if def.max_response_bytes.is_some_and(|max| max == 0 || max > most) {
+        problems.push(format!(
+            "http.max_response_bytes must be between 1 and {most} ({} MiB: the answer travels between the services in one message of at most {} MiB)",
+            most / (1024 * 1024),
+            mcp_proto::MAX_MESSAGE_BYTES / (1024 * 1024)
+        ));
+    }
     let timeout = def.timeout_ms.map_or(DEFAULT_TIMEOUT, Duration::from_millis);
     let client = client(cx.allow_private, timeout).map_err(|e| vec![e])?;
     if !problems.is_empty() {

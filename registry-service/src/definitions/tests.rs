@@ -137,6 +137,16 @@ const MISTAKES: &[(&str, u64, &[&str])] = &[
     ("tools:\n  - name: echo\n    text: x\nbuiltins: [demo]\n", 2, &["duplicate tool `echo`"]),
     ("tools:\n  - name: 'has space'\n    text: x\n", 2, &["tool name `has space`"]),
     ("tools:\n  - name: a\n", 2, &["needs exactly one backend"]),
+    (
+        "tools:\n  - name: a\n    http: { url: 'https://example.com/a', max_response_bytes: 100000000 }\n",
+        2,
+        &["http.max_response_bytes must be between 1 and 33554432"],
+    ),
+    (
+        "tools:\n  - name: a\n    http: { url: 'https://example.com/a', max_response_bytes: 0 }\n",
+        2,
+        &["max_response_bytes"],
+    ),
     ("tools:\n  - name: a\n    text: '{{ name'\n", 2, &["template"]),
     (
         "tools:\n  - name: a\n    text: 'Hi {{ nmae }}'\n    input_schema: { type: object, properties: { name: { type: string } } }\n",
