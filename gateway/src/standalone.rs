@@ -98,7 +98,6 @@ fn registry_service_client(
     channel: mcp_proto::transport::GrpcChannel,
 ) -> mcp_proto::registry::registry_client::RegistryClient<mcp_proto::transport::GrpcChannel> {
     mcp_proto::registry::registry_client::RegistryClient::new(channel)
-        .max_decoding_message_size(mcp_proto::MAX_MESSAGE_BYTES)
 }
 
 /// Standalone passes no command-line flags to the embedded components.

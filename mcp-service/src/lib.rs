@@ -63,7 +63,7 @@ pub fn registry_client(target: &str) -> Result<RegistryClient<GrpcChannel>, Star
     let parsed = mcp_proto::balance::Target::parse(target).map_err(StartError::RegistryTarget)?;
     let channel = mcp_proto::balance::connect("registry-service", &parsed, mcp_proto::link::Settings::default())
         .map_err(StartError::RegistryTarget)?;
-    Ok(RegistryClient::new(channel).max_decoding_message_size(mcp_proto::MAX_MESSAGE_BYTES))
+    Ok(RegistryClient::new(channel))
 }
 
 /// A registry in this process, for when none is configured. Passed in by the `mcp-service`
@@ -77,8 +77,7 @@ pub fn embedded_registry(
 ) -> Result<RegistryClient<GrpcChannel>, StartError> {
     let registry_config = registry_service::Config { definitions: config.definitions.clone(), ..Default::default() };
     let catalog = registry_service::live_catalog(&registry_config, shutdown)?;
-    Ok(RegistryClient::new(registry_service::in_process(catalog, shutdown.clone()))
-        .max_decoding_message_size(mcp_proto::MAX_MESSAGE_BYTES))
+    Ok(RegistryClient::new(registry_service::in_process(catalog, shutdown.clone())))
 }
 
 /// The engine for `config`: against the configured registry, or against `embedded` when none
@@ -106,7 +105,7 @@ pub fn engine_with(
     registry: RegistryClient<GrpcChannel>,
     shutdown: &CancellationToken,
 ) -> Arc<Engine> {
-    // Whoever made the client, the engine reads contents of up to the services' limit.
+    // The one place the registry client's limit is set, whoever made the client.
     let registry = registry.max_decoding_message_size(mcp_proto::MAX_MESSAGE_BYTES);
     let cache = catalog::CatalogCache::follow(registry.clone(), shutdown.clone());
     let sealer = match &config.state_secret {

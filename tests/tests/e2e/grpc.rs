@@ -90,16 +90,20 @@ async fn call_ending(addr: std::net::SocketAddr, path: &str, token: Option<&str>
     Answer { status: text("grpc-status"), message: text("grpc-message"), messages }
 }
 
-async fn engine(definitions: &str) -> (Proc, Proc, tempfile::TempDir) {
+/// A definitions file with `yaml` in a directory of its own (kept while the directory lives),
+/// and its path.
+fn definitions_file(yaml: &str) -> (tempfile::TempDir, String) {
     let dir = tempfile::tempdir().expect("tempdir");
     let file = dir.path().join("definitions.yaml");
-    std::fs::write(&file, definitions).expect("write definitions");
-    let registry = Proc::start(
-        "registry-service",
-        &["--listen", "127.0.0.1:0", "--definitions", file.to_str().expect("utf-8")],
-        "registry-service",
-    )
-    .await;
+    std::fs::write(&file, yaml).expect("write definitions");
+    let path = file.to_str().expect("utf-8").to_owned();
+    (dir, path)
+}
+
+async fn engine(definitions: &str) -> (Proc, Proc, tempfile::TempDir) {
+    let (dir, file) = definitions_file(definitions);
+    let registry =
+        Proc::start("registry-service", &["--listen", "127.0.0.1:0", "--definitions", &file], "registry-service").await;
     let mcp = Proc::start_with_env(
         "mcp-service-remote",
         &["--listen", "127.0.0.1:0", "--registry", &registry.url()],
@@ -185,14 +189,10 @@ async fn handle_refuses_what_it_cannot_serve() {
 /// on to registry-service too.
 #[tokio::test]
 async fn a_body_at_the_gateway_s_limit_is_served() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let file = dir.path().join("definitions.yaml");
-    std::fs::write(
-        &file,
+    let (_dir, file) = definitions_file(
         "builtins: [demo]\ntools:\n  - name: measure\n    description: The length of a message\n    input_schema:\n      type: object\n      properties: { message: { type: string } }\n      required: [message]\n    text: \"{{ message | length }}\"\n",
-    )
-    .expect("write definitions");
-    let definitions = ["--definitions", file.to_str().expect("utf-8")];
+    );
+    let definitions = ["--definitions", file.as_str()];
     let raised = [("GATEWAY_MAX_BODY_BYTES", "8388608")];
     let four = 4 * 1024 * 1024;
     let stacks = [
@@ -227,16 +227,12 @@ async fn a_body_at_the_gateway_s_limit_is_served() {
 /// (the same generated clients and servers, in process).
 #[tokio::test]
 async fn a_resource_above_four_mib_is_read_whole() {
-    let dir = tempfile::tempdir().expect("tempdir");
+    let (dir, file) = definitions_file(
+        "resources:\n  - uri: test://large\n    name: large\n    mime_type: text/plain\n    file: large.txt\n",
+    );
     let text = "0123456789abcdef".repeat(5 * 1024 * 1024 / 16 + 7);
     std::fs::write(dir.path().join("large.txt"), &text).expect("write resource");
-    let file = dir.path().join("definitions.yaml");
-    std::fs::write(
-        &file,
-        "resources:\n  - uri: test://large\n    name: large\n    mime_type: text/plain\n    file: large.txt\n",
-    )
-    .expect("write definitions");
-    let definitions = ["--definitions", file.to_str().expect("utf-8")];
+    let definitions = ["--definitions", file.as_str()];
     for stack in [e2e::Stack::microservices_with(&definitions).await, e2e::Stack::standalone_with(&definitions).await] {
         let r = stack.client().modern(1, "resources/read", json!({ "uri": "test://large" })).await;
         assert_eq!(r.status, 200, "{}", r.text.chars().take(500).collect::<String>());
