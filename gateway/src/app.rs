@@ -29,7 +29,10 @@ use crate::oauth_proxy::OAuthProxy;
 pub struct Gateway {
     /// Present when bearer tokens are required.
     pub auth: Option<crate::auth::Auth>,
+    /// mcp-service's sessions' streams and ends, and its catalog's changes.
     pub mcp: McpServiceClient<GrpcChannel>,
+    /// The same connection, for `Handle` (called without the generated client: [`mcp_proto::call`]).
+    pub mcp_channel: GrpcChannel,
     pub health: HealthClient<GrpcChannel>,
     pub oauth: OAuthProxy,
     pub policy: OriginPolicy,
@@ -328,7 +331,7 @@ async fn mcp_post(
         param_headers: param_headers(&headers),
         if_tag: named.as_ref().map(|(tag, _)| tag.clone()).unwrap_or_default(),
     };
-    let mut resp = forward::forward(gw.mcp.clone(), request, accepts, id.clone()).await;
+    let mut resp = forward::forward(gw.mcp_channel.clone(), request, accepts, id.clone()).await;
     resp = gw.limits.hold_stream(stream, resp);
     if let (Some(key), Some(id)) = (cache_key, &id) {
         match (resp.extensions_mut().remove::<crate::cache::Reusable>(), named) {

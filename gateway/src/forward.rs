@@ -12,7 +12,6 @@ use http::{HeaderValue, StatusCode, header};
 use mcp_proto::mcp::{self as pb, Disposition, mcp_service_client::McpServiceClient};
 use mcp_proto::transport::GrpcChannel;
 use mcp_proto::vocab::ErrorCode;
-use tonic::Streaming;
 
 use crate::headers::Accepts;
 
@@ -105,28 +104,9 @@ fn final_event(frame: &pb::McpFrame, error_id: Option<&str>) -> Result<Event, In
     sse_event(&frame.json)
 }
 
-/// Read a call's stream to its end (the trailers follow the final frame at once). Dropping it
-/// unread would reset the HTTP/2 stream, and a connection that sees too many resets is closed
-/// by the HTTP/2 layer with every call on it.
-async fn finish(mut frames: Streaming<pb::McpFrame>) {
-    use futures_util::FutureExt as _;
-    // Mostly the trailers came with the final frame: then no timer is set for them.
-    loop {
-        match frames.message().now_or_never() {
-            Some(Ok(Some(_))) => {}
-            Some(_) => return,
-            None => break,
-        }
-    }
-    let _ = tokio::time::timeout(std::time::Duration::from_secs(1), async {
-        while let Ok(Some(_)) = frames.message().await {}
-    })
-    .await;
-}
-
 /// Send `request` to mcp-service and build the reply. `id` is echoed in edge-made errors.
 pub async fn forward(
-    mut client: McpServiceClient<GrpcChannel>,
+    channel: GrpcChannel,
     request: pb::McpRequest,
     accepts: Accepts,
     id: Option<String>,
@@ -147,8 +127,8 @@ pub async fn forward(
         // answers it awaits live there).
         mcp_proto::balance::set_affinity(&mut request, &session);
     }
-    let mut frames: Streaming<pb::McpFrame> = match client.handle(request).await {
-        Ok(r) => r.into_inner(),
+    let mut frames = match mcp_proto::call::handle(channel, request).await {
+        Ok(frames) => frames,
         Err(status) => return unavailable(status),
     };
     let first = match frames.message().await {
@@ -160,7 +140,7 @@ pub async fn forward(
     if !streaming
         && (accepts.json || matches!(first.disposition(), Disposition::Accepted | Disposition::InsufficientScope))
     {
-        finish(frames).await;
+        frames.finish().await;
         return final_response(first);
     }
     if !accepts.stream {
@@ -173,7 +153,7 @@ pub async fn forward(
                 Err(status) => return unavailable(status),
             };
         }
-        finish(frames).await;
+        frames.finish().await;
         return final_response(last);
     }
     // SSE: the interim messages, then the reply; the stream ends after the reply.
@@ -184,7 +164,7 @@ pub async fn forward(
             if let Some(frame) = pending {
                 if frame.disposition() != Disposition::Interim {
                     if let Some(frames) = frames {
-                        finish(frames).await;
+                        frames.finish().await;
                     }
                     return Some((final_event(&frame, error_id.as_deref()), (None, None)));
                 }
@@ -196,7 +176,7 @@ pub async fn forward(
                     if frame.disposition() == Disposition::Interim {
                         return Some((sse_event(&frame.json), (None, Some(frames))));
                     }
-                    finish(frames).await;
+                    frames.finish().await;
                     Some((final_event(&frame, error_id.as_deref()), (None, None)))
                 }
                 Ok(None) => None,

@@ -119,10 +119,11 @@ pub async fn serve_with(
         }
         Some(auth)
     };
+    let mcp_channel = engine.unwrap_or_else(|| channel.clone());
     let state = Arc::new(app::Gateway {
         auth,
-        mcp: McpServiceClient::new(engine.unwrap_or_else(|| channel.clone()))
-            .max_decoding_message_size(mcp_proto::MAX_MESSAGE_BYTES),
+        mcp: McpServiceClient::new(mcp_channel.clone()).max_decoding_message_size(mcp_proto::MAX_MESSAGE_BYTES),
+        mcp_channel,
         health: tonic_health::pb::health_client::HealthClient::new(channel),
         oauth: oauth_proxy::OAuthProxy::new(&oauth_url).map_err(Error::Config)?,
         policy: config.origin_policy(addr),

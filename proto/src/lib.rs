@@ -11,10 +11,12 @@
 //! - [`transport`]: one type for a gRPC connection over the network or in process.
 //! - [`balance`]: targets of one or several replicas, and calls spread over them.
 //! - [`link`]: one replica's HTTP/2 connection for gRPC calls.
+//! - [`call`]: the caller's side of `McpService/Handle`, without tonic's generated client.
 //! - [`socket`]: sockets between the services, written in batches.
 //! - [`header_codec`]: the `=?base64?…?=` sentinel used by `Mcp-Name` and `Mcp-Param-*`.
 
 pub mod balance;
+pub mod call;
 pub mod envelope;
 pub mod header_codec;
 pub mod jsonrpc;

@@ -1,0 +1,398 @@
+//! The caller's side of `mcp.v1.McpService/Handle`, the call behind every MCP message, without
+//! tonic's generated client.
+//!
+//! Through the generated client, one call built its request in tonic's encoder (a body the
+//! transport then read back into one piece), went through its request and response layers, and
+//! decoded its frames through a streaming decoder that copies every message into a buffer of its
+//! own and reads the call's outcome from a copy of the trailers. Here the one message is encoded
+//! straight into the piece the transport sends, each frame is decoded from the received data
+//! itself (a frame that arrived whole is not copied, a large one is gathered once), and the
+//! outcome is read from `grpc-status` in place. What the caller sees is what tonic's client
+//! showed it: the frames in order, then the end or the call's status; a status in the answer's
+//! headers (an answer without frames) or an HTTP status that is not 200 ends the call at once,
+//! coded as gRPC's HTTP/2 mapping says.
+
+use std::pin::Pin;
+
+use bytes::{Buf as _, BufMut as _, Bytes, BytesMut};
+use http_body::Body as _;
+use prost::Message as _;
+use tonic::{Code, Status};
+use tower::ServiceExt as _;
+
+use crate::mcp as pb;
+use crate::transport::GrpcChannel;
+
+/// The path of `mcp.v1.McpService/Handle`.
+pub const HANDLE_PATH: &str = "/mcp.v1.McpService/Handle";
+
+/// The length of gRPC's message prefix: a compression flag and a 32-bit big-endian length.
+const PREFIX: usize = 5;
+
+/// Call `Handle` with `request` (its metadata as the caller set it: the trace, the service
+/// token, a replica's affinity) on `channel`, and return the call's frames once the answer's
+/// headers have come.
+pub async fn handle(channel: GrpcChannel, request: tonic::Request<pb::McpRequest>) -> Result<Frames, Status> {
+    // Its extensions stay behind: nothing the callers set travels in them.
+    let (metadata, _, message) = request.into_parts();
+    let mut encoded = BytesMut::with_capacity(PREFIX + message.encoded_len());
+    encoded.put_u8(0);
+    // A message longer than gRPC's 32-bit length cannot be sent; the gateway's own limit keeps
+    // bodies far below it.
+    let len = u32::try_from(message.encoded_len())
+        .map_err(|_| Status::resource_exhausted("the request is too large for one gRPC message"))?;
+    encoded.put_u32(len);
+    message.encode(&mut encoded).map_err(|e| Status::internal(format!("encoding the request: {e}")))?;
+    let mut builder = http::Request::post(HANDLE_PATH);
+    if let Some(headers) = builder.headers_mut() {
+        *headers = metadata.into_headers();
+        headers.insert(http::header::CONTENT_TYPE, http::HeaderValue::from_static("application/grpc"));
+        headers.insert(http::header::TE, http::HeaderValue::from_static("trailers"));
+    }
+    let request = builder
+        .body(tonic::body::Body::new(http_body_util::Full::new(encoded.freeze())))
+        .map_err(|e| Status::internal(format!("building the request: {e}")))?;
+    let response = channel.oneshot(request).await.map_err(|e| Status::from_error(Box::new(e)))?;
+    Frames::from_response(response, crate::MAX_MESSAGE_BYTES)
+}
+
+/// The frames of one `Handle` call, as they come.
+pub struct Frames {
+    body: tonic::body::Body,
+    /// Received data not yet decoded, as it came (a piece that holds whole frames is decoded
+    /// from where it is)...
+    piece: Bytes,
+    /// ...or gathered, when a frame spans pieces. One of the two is empty.
+    buffered: BytesMut,
+    /// The largest frame taken.
+    limit: usize,
+    /// How the call ended, once it has.
+    end: Option<Result<(), Status>>,
+}
+
+impl Frames {
+    /// The answer's headers checked: a status there (or an HTTP status other than 200) ends the
+    /// call, as tonic's client does.
+    pub fn from_response(response: http::Response<tonic::body::Body>, limit: usize) -> Result<Frames, Status> {
+        let (parts, body) = response.into_parts();
+        let end = match status_in(&parts.headers) {
+            Some(Ok(())) => Some(Ok(())),
+            Some(Err(status)) => return Err(status),
+            None if parts.status != http::StatusCode::OK => return Err(status_of_http(parts.status)),
+            None => None,
+        };
+        Ok(Frames { body, piece: Bytes::new(), buffered: BytesMut::new(), limit, end })
+    }
+
+    /// The next frame; `Ok(None)` once the call ended well, its status when it did not.
+    pub async fn message(&mut self) -> Result<Option<pb::McpFrame>, Status> {
+        loop {
+            if let Some(frame) = self.decode()? {
+                return Ok(Some(frame));
+            }
+            if let Some(end) = &self.end {
+                return match end {
+                    Ok(()) if self.piece.is_empty() && self.buffered.is_empty() => Ok(None),
+                    Ok(()) => Err(Status::internal("the call ended inside a message")),
+                    Err(status) => Err(status.clone()),
+                };
+            }
+            let next = std::future::poll_fn(|cx| Pin::new(&mut self.body).poll_frame(cx)).await;
+            self.take(next);
+        }
+    }
+
+    /// Read the call to its end (the trailers mostly came with the final frame). Dropping it
+    /// unread would reset its HTTP/2 stream, and a connection that sees too many resets is
+    /// closed by the HTTP/2 layer with every call on it.
+    pub async fn finish(mut self) {
+        use futures_util::FutureExt as _;
+        loop {
+            match self.message().now_or_never() {
+                Some(Ok(Some(_))) => {}
+                Some(_) => return,
+                None => break,
+            }
+        }
+        let _ = tokio::time::timeout(std::time::Duration::from_secs(1), async {
+            while let Ok(Some(_)) = self.message().await {}
+        })
+        .await;
+    }
+
+    /// One piece of the answer's body taken in.
+    fn take(&mut self, next: Option<Result<http_body::Frame<Bytes>, Status>>) {
+        match next {
+            Some(Ok(frame)) => match frame.into_data() {
+                Ok(data) if self.piece.is_empty() && self.buffered.is_empty() => self.piece = data,
+                Ok(data) => {
+                    self.gather();
+                    self.buffered.extend_from_slice(&data);
+                }
+                Err(frame) => {
+                    if let Ok(trailers) = frame.into_trailers() {
+                        self.end = Some(status_in(&trailers).unwrap_or_else(missing_status));
+                    }
+                }
+            },
+            Some(Err(status)) => self.end = Some(Err(status)),
+            None => self.end = Some(missing_status()),
+        }
+    }
+
+    /// Move the piece taken last into the buffer, where the rest of its frame will join it.
+    fn gather(&mut self) {
+        if !self.piece.is_empty() {
+            self.buffered.extend_from_slice(&self.piece);
+            self.piece = Bytes::new();
+        }
+    }
+
+    /// The first frame received, when it has come whole.
+    fn decode(&mut self) -> Result<Option<pb::McpFrame>, Status> {
+        let received: &[u8] = if self.piece.is_empty() { &self.buffered } else { &self.piece };
+        if received.len() < PREFIX {
+            self.gather();
+            return Ok(None);
+        }
+        if received[0] != 0 {
+            return Err(Status::internal("a compressed frame, which this call did not ask for"));
+        }
+        let len = u32::from_be_bytes([received[1], received[2], received[3], received[4]]) as usize;
+        if len > self.limit {
+            return Err(Status::resource_exhausted(format!(
+                "a frame of {len} bytes, above the limit of {} bytes",
+                self.limit
+            )));
+        }
+        if received.len() < PREFIX + len {
+            // Room for the whole frame at once, as its prefix announced it (within the limit).
+            self.buffered.reserve(PREFIX + len - self.buffered.len());
+            self.gather();
+            return Ok(None);
+        }
+        let message = if self.piece.is_empty() {
+            self.buffered.advance(PREFIX);
+            self.buffered.split_to(len).freeze()
+        } else {
+            self.piece.advance(PREFIX);
+            self.piece.split_to(len)
+        };
+        pb::McpFrame::decode(message)
+            .map(Some)
+            .map_err(|e| Status::internal(format!("a frame that does not decode: {e}")))
+    }
+}
+
+/// The outcome `headers` carry, if any: `grpc-status: 0` read in place, any other through tonic.
+fn status_in(headers: &http::HeaderMap) -> Option<Result<(), Status>> {
+    let code = headers.get("grpc-status")?;
+    if code.as_bytes() == b"0" {
+        return Some(Ok(()));
+    }
+    Some(Err(Status::from_header_map(headers).unwrap_or_else(|| Status::unknown("an unreadable grpc-status"))))
+}
+
+/// A call that ended without a status: gRPC requires one in the trailers.
+fn missing_status() -> Result<(), Status> {
+    Err(Status::internal("the call ended without a grpc-status"))
+}
+
+/// The status of an answer that is not gRPC's, as gRPC's HTTP/2 mapping codes it.
+fn status_of_http(status: http::StatusCode) -> Status {
+    let code = match status {
+        http::StatusCode::BAD_REQUEST => Code::Internal,
+        http::StatusCode::UNAUTHORIZED => Code::Unauthenticated,
+        http::StatusCode::FORBIDDEN => Code::PermissionDenied,
+        http::StatusCode::NOT_FOUND => Code::Unimplemented,
+        http::StatusCode::TOO_MANY_REQUESTS
+        | http::StatusCode::BAD_GATEWAY
+        | http::StatusCode::SERVICE_UNAVAILABLE
+        | http::StatusCode::GATEWAY_TIMEOUT => Code::Unavailable,
+        _ => Code::Unknown,
+    };
+    Status::new(code, format!("the answer was HTTP {status}, not gRPC"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn frame(json: &str, disposition: pb::Disposition) -> Bytes {
+        let message = pb::McpFrame {
+            json: Bytes::copy_from_slice(json.as_bytes()),
+            disposition: disposition as i32,
+            ..Default::default()
+        };
+        let mut out = BytesMut::new();
+        out.put_u8(0);
+        out.put_u32(message.encoded_len() as u32);
+        message.encode(&mut out).expect("encode");
+        out.freeze()
+    }
+
+    fn trailers(pairs: &[(&'static str, &'static str)]) -> http::HeaderMap {
+        let mut map = http::HeaderMap::new();
+        for (k, v) in pairs {
+            map.insert(*k, http::HeaderValue::from_static(v));
+        }
+        map
+    }
+
+    /// An answer whose body yields `pieces`, then `end` (trailers, an error, or nothing).
+    fn answer(
+        headers: &[(&'static str, &'static str)],
+        pieces: Vec<Bytes>,
+        end: Option<Result<http::HeaderMap, Status>>,
+    ) -> http::Response<tonic::body::Body> {
+        let mut frames: Vec<Result<http_body::Frame<Bytes>, Status>> =
+            pieces.into_iter().map(|p| Ok(http_body::Frame::data(p))).collect();
+        match end {
+            Some(Ok(map)) => frames.push(Ok(http_body::Frame::trailers(map))),
+            Some(Err(status)) => frames.push(Err(status)),
+            None => {}
+        }
+        let body = http_body_util::StreamBody::new(tokio_stream::iter(frames));
+        let mut response = http::Response::new(tonic::body::Body::new(body));
+        *response.headers_mut() = trailers(headers);
+        response
+    }
+
+    async fn all(mut frames: Frames) -> (Vec<String>, Result<(), Status>) {
+        let mut got = Vec::new();
+        loop {
+            match frames.message().await {
+                Ok(Some(f)) => got.push(String::from_utf8(f.json.to_vec()).expect("utf-8")),
+                Ok(None) => return (got, Ok(())),
+                Err(status) => return (got, Err(status)),
+            }
+        }
+    }
+
+    const OK: &[(&str, &str)] = &[("grpc-status", "0")];
+
+    #[tokio::test]
+    async fn frames_come_whole_however_the_body_is_cut() {
+        let one = frame(r#"{"progress":1}"#, pb::Disposition::Interim);
+        let two = frame(&format!(r#"{{"result":"{}"}}"#, "x".repeat(70_000)), pb::Disposition::Reply);
+        let whole: Vec<u8> = [one.as_ref(), two.as_ref()].concat();
+        for cut in [1, 2, 5, 6, 7, 1000, 16_384] {
+            let pieces: Vec<Bytes> = whole.chunks(cut).map(Bytes::copy_from_slice).collect();
+            let frames = Frames::from_response(answer(&[], pieces, Some(Ok(trailers(OK)))), 1 << 20).expect("frames");
+            let (got, end) = all(frames).await;
+            assert_eq!(got.len(), 2, "cut {cut}");
+            assert_eq!(got[0], r#"{"progress":1}"#);
+            assert_eq!(got[1].len(), 70_013, "cut {cut}");
+            assert!(end.is_ok(), "cut {cut}: {end:?}");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_frame_that_came_whole_is_not_copied() {
+        let piece = frame(r#"{"result":{}}"#, pb::Disposition::Reply);
+        let range = piece.as_ptr_range();
+        let mut frames =
+            Frames::from_response(answer(&[], vec![piece.clone()], Some(Ok(trailers(OK)))), 1 << 20).expect("frames");
+        let got = frames.message().await.expect("frame").expect("one");
+        assert!(range.contains(&got.json.as_ptr()), "the JSON is a slice of the piece received");
+        assert_eq!(got.disposition(), pb::Disposition::Reply);
+        assert!(frames.message().await.expect("end").is_none());
+    }
+
+    #[tokio::test]
+    async fn several_frames_in_one_piece_come_one_by_one() {
+        let pieces = vec![
+            [
+                frame("1", pb::Disposition::Interim),
+                frame("2", pb::Disposition::Interim),
+                frame("3", pb::Disposition::Reply),
+            ]
+            .concat()
+            .into(),
+        ];
+        let frames = Frames::from_response(answer(&[], pieces, Some(Ok(trailers(OK)))), 1 << 20).expect("frames");
+        let (got, end) = all(frames).await;
+        assert_eq!(got, ["1", "2", "3"]);
+        assert!(end.is_ok());
+    }
+
+    #[tokio::test]
+    async fn the_trailers_status_ends_the_call_after_its_frames() {
+        let pieces = vec![frame("1", pb::Disposition::Interim)];
+        let end = trailers(&[("grpc-status", "14"), ("grpc-message", "going%20away")]);
+        let (got, end) = all(Frames::from_response(answer(&[], pieces, Some(Ok(end))), 1 << 20).expect("frames")).await;
+        assert_eq!(got, ["1"]);
+        let status = end.expect_err("a status");
+        assert_eq!(status.code(), Code::Unavailable);
+        assert_eq!(status.message(), "going away");
+    }
+
+    #[tokio::test]
+    async fn a_status_in_the_headers_ends_the_call_at_once() {
+        let refused = answer(&[("grpc-status", "16"), ("grpc-message", "no")], vec![], None);
+        let status = Frames::from_response(refused, 1 << 20).err().expect("refused");
+        assert_eq!(status.code(), Code::Unauthenticated);
+        let empty = Frames::from_response(answer(OK, vec![], None), 1 << 20).expect("an answer without frames");
+        let (got, end) = all(empty).await;
+        assert!(got.is_empty() && end.is_ok());
+    }
+
+    #[tokio::test]
+    async fn an_answer_that_is_not_grpc_is_coded_by_its_http_status() {
+        for (http, code) in [
+            (http::StatusCode::NOT_FOUND, Code::Unimplemented),
+            (http::StatusCode::SERVICE_UNAVAILABLE, Code::Unavailable),
+            (http::StatusCode::BAD_REQUEST, Code::Internal),
+            (http::StatusCode::IM_A_TEAPOT, Code::Unknown),
+        ] {
+            let mut response = answer(&[], vec![], None);
+            *response.status_mut() = http;
+            let status = Frames::from_response(response, 1 << 20).err().expect("refused");
+            assert_eq!(status.code(), code, "{http}");
+        }
+    }
+
+    #[tokio::test]
+    async fn broken_answers_are_errors_not_ends() {
+        // No trailers: gRPC requires a status.
+        let (got, end) =
+            all(Frames::from_response(answer(&[], vec![frame("1", pb::Disposition::Reply)], None), 1 << 20)
+                .expect("frames"))
+            .await;
+        assert_eq!(got, ["1"]);
+        assert_eq!(end.expect_err("no status").code(), Code::Internal);
+        // The end inside a frame.
+        let cut = frame("12345", pb::Disposition::Reply).slice(..8);
+        let (got, end) =
+            all(Frames::from_response(answer(&[], vec![cut], Some(Ok(trailers(OK)))), 1 << 20).expect("frames")).await;
+        assert!(got.is_empty());
+        assert_eq!(end.expect_err("cut").code(), Code::Internal);
+        // A frame above the limit, refused from its prefix.
+        let big = frame(&"x".repeat(2000), pb::Disposition::Reply).slice(..5);
+        let (_, end) = all(Frames::from_response(answer(&[], vec![big], None), 1000).expect("frames")).await;
+        assert_eq!(end.expect_err("too large").code(), Code::ResourceExhausted);
+        // A compressed frame.
+        let mut compressed = BytesMut::from(&frame("1", pb::Disposition::Reply)[..]);
+        compressed[0] = 1;
+        let (_, end) =
+            all(Frames::from_response(answer(&[], vec![compressed.freeze()], Some(Ok(trailers(OK)))), 1 << 20)
+                .expect("frames"))
+            .await;
+        assert_eq!(end.expect_err("compressed").code(), Code::Internal);
+        // Bytes that are not a frame.
+        let garbage = Bytes::from_static(b"\0\0\0\0\x03\xff\xff\xff");
+        let (_, end) =
+            all(Frames::from_response(answer(&[], vec![garbage], Some(Ok(trailers(OK)))), 1 << 20).expect("frames"))
+                .await;
+        assert_eq!(end.expect_err("not protobuf").code(), Code::Internal);
+        // The stream failed (a reset): its status.
+        let (got, end) = all(Frames::from_response(
+            answer(&[], vec![frame("1", pb::Disposition::Interim)], Some(Err(Status::cancelled("reset")))),
+            1 << 20,
+        )
+        .expect("frames"))
+        .await;
+        assert_eq!(got, ["1"]);
+        assert_eq!(end.expect_err("reset").code(), Code::Cancelled);
+    }
+}
