@@ -105,12 +105,7 @@ fn final_event(frame: &pb::McpFrame, error_id: Option<&str>) -> Result<Event, In
 }
 
 /// Send `request` to mcp-service and build the reply. `id` is echoed in edge-made errors.
-pub async fn forward(
-    channel: GrpcChannel,
-    request: pb::McpRequest,
-    accepts: Accepts,
-    id: Option<String>,
-) -> Response {
+pub async fn forward(channel: GrpcChannel, request: pb::McpRequest, accepts: Accepts, id: Option<String>) -> Response {
     let unavailable = |status: tonic::Status| {
         tracing::warn!(code = ?status.code(), error = %status.message(), "mcp-service call failed");
         rpc_error(
