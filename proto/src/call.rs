@@ -3,14 +3,19 @@
 //!
 //! Through the generated client, one call built its request in tonic's encoder (a body the
 //! transport then read back into one piece), went through its request and response layers, and
-//! decoded its frames through a streaming decoder that copies every message into a buffer of its
-//! own and reads the call's outcome from a copy of the trailers. Here the one message is encoded
-//! straight into the piece the transport sends, each frame is decoded from the received data
-//! itself (a frame that arrived whole is not copied, a large one is gathered once), and the
-//! outcome is read from `grpc-status` in place. What the caller sees is what tonic's client
-//! showed it: the frames in order, then the end or the call's status; a status in the answer's
-//! headers (an answer without frames) or an HTTP status that is not 200 ends the call at once,
-//! coded as gRPC's HTTP/2 mapping says.
+//! decoded its frames through a streaming decoder with a buffer of its own, reading the call's
+//! outcome from a copy of the trailers. Here the one message is encoded straight into the piece
+//! the transport sends; each frame is decoded from the data as received (a frame found whole in
+//! the piece that brought it is decoded from there; one that spans pieces is gathered, once, in
+//! a buffer sized by its prefix); and the outcome is read from `grpc-status` in place.
+//!
+//! The caller sees what tonic's client showed it for every answer mcp-service gives: the frames
+//! in order, then the end or the call's status, with tonic's codes for a frame above the limit
+//! (`OUT_OF_RANGE`) and an answer that ends without a status (`UNKNOWN`). Two differences, for
+//! answers no gRPC server gives: an HTTP status other than 200 without `grpc-status` ends the
+//! call at once, coded as gRPC's HTTP/2 mapping says (tonic read the body first, for trailers
+//! that might carry a status); and once a call has failed, each later [`Frames::message`] gives
+//! its status again (tonic's gave the end).
 
 use std::pin::Pin;
 
@@ -35,23 +40,31 @@ const PREFIX: usize = 5;
 pub async fn handle(channel: GrpcChannel, request: tonic::Request<pb::McpRequest>) -> Result<Frames, Status> {
     // Its extensions stay behind: nothing the callers set travels in them.
     let (metadata, _, message) = request.into_parts();
-    let mut encoded = BytesMut::with_capacity(PREFIX + message.encoded_len());
-    encoded.put_u8(0);
     // A message longer than gRPC's 32-bit length cannot be sent; the gateway's own limit keeps
     // bodies far below it.
-    let len = u32::try_from(message.encoded_len())
-        .map_err(|_| Status::resource_exhausted("the request is too large for one gRPC message"))?;
-    encoded.put_u32(len);
+    let len = message.encoded_len();
+    let Ok(prefix_len) = u32::try_from(len) else {
+        return Err(Status::resource_exhausted("the request is too large for one gRPC message"));
+    };
+    let mut encoded = BytesMut::with_capacity(PREFIX + len);
+    encoded.put_u8(0);
+    encoded.put_u32(prefix_len);
     message.encode(&mut encoded).map_err(|e| Status::internal(format!("encoding the request: {e}")))?;
-    let mut builder = http::Request::post(HANDLE_PATH);
-    if let Some(headers) = builder.headers_mut() {
-        *headers = metadata.into_headers();
-        headers.insert(http::header::CONTENT_TYPE, http::HeaderValue::from_static("application/grpc"));
-        headers.insert(http::header::TE, http::HeaderValue::from_static("trailers"));
+    let mut headers = metadata.into_headers();
+    // As tonic's client: what gRPC itself sets is not taken from the caller's metadata.
+    for reserved in ["grpc-status", "grpc-message", "grpc-message-type"] {
+        headers.remove(reserved);
+    }
+    headers.insert(http::header::CONTENT_TYPE, http::HeaderValue::from_static("application/grpc"));
+    headers.insert(http::header::TE, http::HeaderValue::from_static("trailers"));
+    let mut builder = http::Request::post(HANDLE_PATH).version(http::Version::HTTP_2);
+    if let Some(slot) = builder.headers_mut() {
+        *slot = headers;
     }
     let request = builder
         .body(tonic::body::Body::new(http_body_util::Full::new(encoded.freeze())))
         .map_err(|e| Status::internal(format!("building the request: {e}")))?;
+    // The status a failed transport carries (its source), as tonic's client found it.
     let response = channel.oneshot(request).await.map_err(|e| Status::from_error(Box::new(e)))?;
     Frames::from_response(response, crate::MAX_MESSAGE_BYTES)
 }
@@ -59,7 +72,7 @@ pub async fn handle(channel: GrpcChannel, request: tonic::Request<pb::McpRequest
 /// The frames of one `Handle` call, as they come.
 pub struct Frames {
     body: tonic::body::Body,
-    /// Received data not yet decoded, as it came (a piece that holds whole frames is decoded
+    /// Received data not yet decoded, as it came (the frames found whole in it are decoded
     /// from where it is)...
     piece: Bytes,
     /// ...or gathered, when a frame spans pieces. One of the two is empty.
@@ -71,8 +84,8 @@ pub struct Frames {
 }
 
 impl Frames {
-    /// The answer's headers checked: a status there (or an HTTP status other than 200) ends the
-    /// call, as tonic's client does.
+    /// The answer's headers checked: a status there ends the call, as with tonic's client; so
+    /// does an HTTP status other than 200 (see the module's documentation).
     pub fn from_response(response: http::Response<tonic::body::Body>, limit: usize) -> Result<Frames, Status> {
         let (parts, body) = response.into_parts();
         let end = match status_in(&parts.headers) {
@@ -84,11 +97,21 @@ impl Frames {
         Ok(Frames { body, piece: Bytes::new(), buffered: BytesMut::new(), limit, end })
     }
 
-    /// The next frame; `Ok(None)` once the call ended well, its status when it did not.
+    /// The next frame; `Ok(None)` once the call ended well, its status when it did not (and
+    /// again on every later call). Cancel-safe: what a dropped call had received stays.
     pub async fn message(&mut self) -> Result<Option<pb::McpFrame>, Status> {
         loop {
-            if let Some(frame) = self.decode()? {
-                return Ok(Some(frame));
+            match self.decode() {
+                Ok(Some(frame)) => return Ok(Some(frame)),
+                Ok(None) => {}
+                Err(status) => {
+                    // The call is over: what is left (a buffer sized for a large frame among
+                    // it) goes now.
+                    self.piece = Bytes::new();
+                    self.buffered = BytesMut::new();
+                    self.end = Some(Err(status.clone()));
+                    return Err(status);
+                }
             }
             if let Some(end) = &self.end {
                 return match end {
@@ -156,11 +179,15 @@ impl Frames {
             return Ok(None);
         }
         if received[0] != 0 {
-            return Err(Status::internal("a compressed frame, which this call did not ask for"));
+            return Err(Status::internal(format!(
+                "a frame marked compressed (flag {}), which this call did not ask for",
+                received[0]
+            )));
         }
         let len = u32::from_be_bytes([received[1], received[2], received[3], received[4]]) as usize;
         if len > self.limit {
-            return Err(Status::resource_exhausted(format!(
+            // tonic's code for a message above its decoding limit.
+            return Err(Status::out_of_range(format!(
                 "a frame of {len} bytes, above the limit of {} bytes",
                 self.limit
             )));
@@ -193,9 +220,10 @@ fn status_in(headers: &http::HeaderMap) -> Option<Result<(), Status>> {
     Some(Err(Status::from_header_map(headers).unwrap_or_else(|| Status::unknown("an unreadable grpc-status"))))
 }
 
-/// A call that ended without a status: gRPC requires one in the trailers.
+/// A call that ended without a status: gRPC requires one in the trailers (`UNKNOWN`, as tonic
+/// and grpc-go code it).
 fn missing_status() -> Result<(), Status> {
-    Err(Status::internal("the call ended without a grpc-status"))
+    Err(Status::unknown("the call ended without a grpc-status"))
 }
 
 /// The status of an answer that is not gRPC's, as gRPC's HTTP/2 mapping codes it.
@@ -360,7 +388,7 @@ mod tests {
                 .expect("frames"))
             .await;
         assert_eq!(got, ["1"]);
-        assert_eq!(end.expect_err("no status").code(), Code::Internal);
+        assert_eq!(end.expect_err("no status").code(), Code::Unknown);
         // The end inside a frame.
         let cut = frame("12345", pb::Disposition::Reply).slice(..8);
         let (got, end) =
@@ -370,7 +398,7 @@ mod tests {
         // A frame above the limit, refused from its prefix.
         let big = frame(&"x".repeat(2000), pb::Disposition::Reply).slice(..5);
         let (_, end) = all(Frames::from_response(answer(&[], vec![big], None), 1000).expect("frames")).await;
-        assert_eq!(end.expect_err("too large").code(), Code::ResourceExhausted);
+        assert_eq!(end.expect_err("too large").code(), Code::OutOfRange);
         // A compressed frame.
         let mut compressed = BytesMut::from(&frame("1", pb::Disposition::Reply)[..]);
         compressed[0] = 1;
@@ -394,5 +422,112 @@ mod tests {
         .await;
         assert_eq!(got, ["1"]);
         assert_eq!(end.expect_err("reset").code(), Code::Cancelled);
+    }
+    #[tokio::test]
+    async fn every_cut_of_small_frames_decodes_and_whole_frames_are_not_copied() {
+        let frames = [
+            frame("a", pb::Disposition::Interim),
+            frame("bb", pb::Disposition::Interim),
+            frame("ccc", pb::Disposition::Reply),
+        ];
+        let whole: Vec<u8> = frames.concat();
+        for i in 0..=whole.len() {
+            for j in i..=whole.len() {
+                // Three pieces (some empty), cut at every pair of places.
+                let pieces = vec![
+                    Bytes::copy_from_slice(&whole[..i]),
+                    Bytes::copy_from_slice(&whole[i..j]),
+                    Bytes::copy_from_slice(&whole[j..]),
+                ];
+                let (got, end) =
+                    all(Frames::from_response(answer(&[], pieces, Some(Ok(trailers(OK)))), 1 << 20).expect("frames"))
+                        .await;
+                assert_eq!(got, ["a", "bb", "ccc"], "cut at {i} and {j}");
+                assert!(end.is_ok(), "cut at {i} and {j}");
+            }
+        }
+        // The rest of one frame and two whole ones in one piece, then a whole one alone: that
+        // one is decoded from its own piece.
+        let last = frame("dddd", pb::Disposition::Reply);
+        let range = last.as_ptr_range();
+        let pieces = vec![Bytes::copy_from_slice(&whole[..3]), Bytes::copy_from_slice(&whole[3..]), last];
+        let mut got = Frames::from_response(answer(&[], pieces, Some(Ok(trailers(OK)))), 1 << 20).expect("frames");
+        for _ in 0..3 {
+            got.message().await.expect("frame").expect("one");
+        }
+        let alone = got.message().await.expect("frame").expect("the last");
+        assert!(range.contains(&alone.json.as_ptr()), "decoded from its own piece");
+    }
+
+    #[tokio::test]
+    async fn a_frame_at_the_limit_is_taken_and_none_above_it_is_reserved_for() {
+        let at = frame(&"x".repeat(100), pb::Disposition::Reply);
+        let limit = at.len() - PREFIX;
+        let (got, end) =
+            all(Frames::from_response(answer(&[], vec![at.clone()], Some(Ok(trailers(OK)))), limit).expect("frames"))
+                .await;
+        assert_eq!(got.len(), 1);
+        assert!(end.is_ok());
+        let mut over = Frames::from_response(answer(&[], vec![at.slice(..6)], None), limit - 1).expect("frames");
+        assert_eq!(over.message().await.expect_err("over").code(), Code::OutOfRange);
+        assert_eq!(over.buffered.capacity(), 0, "nothing reserved, nothing kept");
+        // The call stays failed.
+        assert_eq!(over.message().await.expect_err("again").code(), Code::OutOfRange);
+    }
+
+    #[tokio::test]
+    async fn a_message_dropped_while_waiting_loses_nothing() {
+        use futures_util::FutureExt as _;
+        let (tx, rx) = tokio::sync::mpsc::channel::<Result<http_body::Frame<Bytes>, Status>>(4);
+        let body = http_body_util::StreamBody::new(tokio_stream::wrappers::ReceiverStream::new(rx));
+        let response = http::Response::new(tonic::body::Body::new(body));
+        let mut frames = Frames::from_response(response, 1 << 20).expect("frames");
+        let whole = frame(r#"{"result":{}}"#, pb::Disposition::Reply);
+        assert!(frames.message().now_or_never().is_none(), "nothing yet");
+        tx.send(Ok(http_body::Frame::data(whole.slice(..7)))).await.expect("send");
+        assert!(frames.message().now_or_never().is_none(), "half a frame");
+        tx.send(Ok(http_body::Frame::data(whole.slice(7..)))).await.expect("send");
+        tx.send(Ok(http_body::Frame::trailers(trailers(OK)))).await.expect("send");
+        let got = frames.message().await.expect("frame").expect("one");
+        assert_eq!(&got.json[..], br#"{"result":{}}"#);
+        assert!(frames.message().await.expect("end").is_none());
+    }
+
+    #[tokio::test]
+    async fn the_request_goes_as_tonic_s_client_sent_it() {
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<http::Request<tonic::body::Body>>();
+        let channel: GrpcChannel = tower::util::BoxCloneSyncService::new(tower::service_fn(
+            move |request: http::Request<tonic::body::Body>| {
+                let tx = tx.clone();
+                async move {
+                    let _ = tx.send(request);
+                    let mut answer = http::Response::new(tonic::body::Body::empty());
+                    *answer.headers_mut() = trailers(OK);
+                    Ok::<_, crate::transport::TransportError>(answer)
+                }
+            },
+        ));
+        let message = pb::McpRequest {
+            body: Bytes::from_static(br#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#),
+            request_id: "r-1".into(),
+            ..Default::default()
+        };
+        let mut request = tonic::Request::new(message.clone());
+        request.metadata_mut().insert("authorization", "Bearer t".parse().expect("value"));
+        request.metadata_mut().insert("grpc-status", "13".parse().expect("value"));
+        let mut frames = handle(channel, request).await.expect("called");
+        assert!(frames.message().await.expect("end").is_none(), "a status of 0 in the headers: no frames");
+        let sent = rx.recv().await.expect("sent");
+        assert_eq!(sent.method(), http::Method::POST);
+        assert_eq!(sent.uri().path(), HANDLE_PATH);
+        assert_eq!(sent.version(), http::Version::HTTP_2);
+        assert_eq!(sent.headers()["content-type"], "application/grpc");
+        assert_eq!(sent.headers()["te"], "trailers");
+        assert_eq!(sent.headers()["authorization"], "Bearer t");
+        assert!(sent.headers().get("grpc-status").is_none(), "gRPC's own headers are not the caller's to set");
+        let body = http_body_util::BodyExt::collect(sent.into_body()).await.expect("body").to_bytes();
+        assert_eq!(body[0], 0, "not compressed");
+        assert_eq!(u32::from_be_bytes([body[1], body[2], body[3], body[4]]) as usize, body.len() - PREFIX);
+        assert_eq!(pb::McpRequest::decode(body.slice(PREFIX..)).expect("decodes"), message);
     }
 }

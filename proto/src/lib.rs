@@ -39,7 +39,8 @@ pub mod vocab;
 /// other fields around them. Set on the generated clients and servers that carry such messages,
 /// and used by mcp-service's own `Handle` server, which refuses a longer message from its
 /// prefix, before reading the rest, and reads nothing from a caller without the service token
-/// (when one is configured).
+/// (when one is configured), and by the gateway's side of `Handle` ([`call`]), which refuses a
+/// longer frame from its prefix too.
 pub const MAX_MESSAGE_BYTES: usize = 64 * 1024 * 1024;
 
 /// gateway → mcp-service.

@@ -2,8 +2,9 @@
 //! when both run in one process (standalone mode), by calling the generated server directly.
 //!
 //! Both are the same type, so callers are written once. In process, the request still goes
-//! through the generated client and server (protobuf encoding, metadata, interceptors, the
-//! trace context), only without HTTP/2 framing, sockets and a second runtime task per call.
+//! through the generated server (and the generated client, or for `Handle` the gateway's
+//! [`crate::call`]): protobuf encoding, metadata, interceptors, the trace context, only without
+//! HTTP/2 framing, sockets and a second runtime task per call.
 
 use std::convert::Infallible;
 use std::future::Future;
