@@ -46,10 +46,33 @@ pub struct CatalogView {
     validators: Vec<OnceLock<Option<jsonschema::Validator>>>,
     /// `text` tools' templates, each compiled on the tool's first call in this catalog version:
     /// their calls are rendered here, without a call to the registry.
-    texts: HashMap<String, LazyTemplate>,
+    texts: HashMap<String, TextTool>,
     /// Every listed item shaped for each legacy revision and serialized, made on the first
     /// list of that revision: legacy lists are written from these, not built per request.
     pub(crate) legacy_lists: [OnceLock<LegacyLists>; vocab::LEGACY_REVISIONS.len()],
+}
+
+/// A `text` tool: its template, and the counters of its calls by outcome (`ok`, `tool_error`),
+/// made on its first call and kept, rather than looked up by name in the recorder per call.
+struct TextTool {
+    template: LazyTemplate,
+    calls: OnceLock<[metrics::Counter; 2]>,
+}
+
+impl TextTool {
+    fn count(&self, name: &str, ok: bool) {
+        let make = || {
+            ["ok", "tool_error"].map(|outcome| {
+                metrics::counter!("mcp_text_tool_calls_total", "tool" => name.to_owned(), "outcome" => outcome)
+            })
+        };
+        let index = usize::from(!ok);
+        if mcp_proto::telemetry::metrics_installed() {
+            self.calls.get_or_init(make)[index].increment(1);
+        } else {
+            make()[index].increment(1);
+        }
+    }
 }
 
 /// The items of the four lists shaped for one legacy revision, each serialized, in catalog
@@ -79,7 +102,8 @@ impl CatalogView {
                 .and_then(Value::as_object)
                 .map(|p| p.keys().cloned().collect())
                 .unwrap_or_default();
-            texts.insert(tool.name.clone(), LazyTemplate::new(source.clone(), allowed));
+            let template = LazyTemplate::new(source.clone(), allowed);
+            texts.insert(tool.name.clone(), TextTool { template, calls: OnceLock::new() });
         }
         let tools: Vec<Item> = c.tools.into_iter().map(|t| item(t.name, &t.json, t.scopes)).collect();
         let prompts: Vec<Item> = c.prompts.into_iter().map(|p| item(p.name, &p.json, p.scopes)).collect();
@@ -101,12 +125,18 @@ impl CatalogView {
         }
     }
 
-    /// A `text` tool's rendering of `arguments` (`None`: not a text tool known here).
+    /// A `text` tool's rendering of `arguments` (`None`: not a text tool known here), counted
+    /// in `mcp_text_tool_calls_total` by its outcome.
     pub fn render_text(&self, name: &str, arguments: &Value) -> Option<Result<String, String>> {
-        let text = self.texts.get(name)?;
+        let tool = self.texts.get(name)?;
+        let text = &tool.template;
         let first = !text.tried();
         match text.compiled() {
-            Ok(_) => Some(text.render(arguments)),
+            Ok(_) => {
+                let rendered = text.render(arguments);
+                tool.count(name, rendered.is_ok());
+                Some(rendered)
+            }
             // The registry checked the template at load; one that does not compile here is
             // left to the registry (called as for any other tool).
             Err(e) => {
@@ -338,14 +368,14 @@ mod tests {
         });
         // Nothing is compiled before a tool's first call.
         assert!(view.validators.iter().all(|v| v.get().is_none()));
-        assert!(view.texts.values().all(|t| !t.tried()));
+        assert!(view.texts.values().all(|t| !t.template.tried()));
         let args = serde_json::json!({ "who": "<b>Ada</b>", "p": "a/b?c" });
         assert_eq!(view.render_text("greet", &args), Some(Ok("Hi <b>Ada</b>".to_owned())));
         assert_eq!(view.render_text("url", &args), Some(Ok("at a/b?c".to_owned())), "no URL encoding");
         assert_eq!(view.render_text("remote", &args), None);
         assert_eq!(view.render_text("odd", &args), None);
         assert_eq!(view.render_text("missing", &args), None);
-        assert_eq!(view.texts.values().filter(|t| t.tried()).count(), 3, "greet, url, odd");
+        assert_eq!(view.texts.values().filter(|t| t.template.tried()).count(), 3, "greet, url, odd");
         assert_eq!(
             view.argument_errors("greet", &serde_json::json!({ "who": 1 })).map(|e| e.contains("string")),
             Some(true)

@@ -209,4 +209,40 @@ mod tests {
         assert_eq!(span["name"], "req");
         assert_eq!(line["extra"], 1);
     }
+    #[test]
+    fn record_all_sets_fields_together_or_not_at_all() {
+        let lines = Lines::default();
+        let writer = lines.clone();
+        let layer = tracing_subscriber::fmt::layer()
+            .json()
+            .flatten_event(true)
+            .with_current_span(true)
+            .with_span_list(false)
+            .fmt_fields(AppendJsonFields)
+            .with_writer(move || writer.clone());
+        let subscriber = tracing_subscriber::registry().with(layer);
+        tracing::subscriber::with_default(subscriber, || {
+            let span = tracing::info_span!(
+                "req",
+                method = tracing::field::Empty,
+                era = tracing::field::Empty,
+                code = tracing::field::Empty,
+                tool = tracing::field::Empty,
+            );
+            crate::telemetry::record_all(
+                &span,
+                [("method", Some(&"tools/call" as &dyn tracing::Value)), ("era", Some(&"modern")), ("code", None)],
+            );
+            // A name the span does not have: nothing of the set is recorded.
+            crate::telemetry::record_all(&span, [("tool", Some(&"greet" as &dyn tracing::Value)), ("nope", Some(&1))]);
+            span.in_scope(|| tracing::info!("inside"));
+        });
+        let text = String::from_utf8(lines.0.lock().expect("lines").clone()).expect("utf-8");
+        let line: Value = serde_json::from_str(text.trim()).expect("one JSON line");
+        let span = &line["span"];
+        assert_eq!(span["method"], "tools/call");
+        assert_eq!(span["era"], "modern");
+        assert!(span.get("code").is_none(), "a value of None is not recorded: {span}");
+        assert!(span.get("tool").is_none(), "a set with an unknown name is not recorded: {span}");
+    }
 }

@@ -144,6 +144,12 @@ pub fn log_runtime() {
     }
 }
 
+/// Whether the Prometheus recorder is installed: metric handles made before it are no-ops, and
+/// are not worth keeping.
+pub fn metrics_installed() -> bool {
+    METRICS.get().is_some_and(Option::is_some)
+}
+
 /// Install the Prometheus recorder once per process.
 pub fn init_metrics() {
     METRICS.get_or_init(|| {
@@ -168,9 +174,13 @@ pub fn init_metrics() {
 /// span has every named field.
 pub fn record_all<const N: usize>(span: &tracing::Span, values: [(&str, Option<&dyn tracing::Value>); N]) {
     let Some(fields) = span.metadata().map(tracing::Metadata::fields) else { return };
-    let Some(named) = values.iter().map(|(name, _)| fields.field(name)).collect::<Option<Vec<_>>>() else { return };
+    // Found in place, not collected into a vector of their own on every request.
+    let named: [Option<tracing::field::Field>; N] = std::array::from_fn(|i| fields.field(values[i].0));
+    if named.iter().any(Option::is_none) {
+        return;
+    }
     let set: [(&tracing::field::Field, Option<&dyn tracing::Value>); N] =
-        std::array::from_fn(|i| (&named[i], values[i].1));
+        std::array::from_fn(|i| (named[i].as_ref().expect("every field was found above"), values[i].1));
     span.record_all(&fields.value_set(&set));
 }
 
@@ -202,8 +212,7 @@ impl<K: std::hash::Hash + Eq, V: Clone> Handles<K, V> {
         }
         let v = make(&key);
         // Handles made before the recorder is installed are no-ops: those are not kept.
-        let installed = METRICS.get().is_some_and(Option::is_some);
-        if installed
+        if metrics_installed()
             && let Ok(mut m) = self.map.write()
             && m.len() < MAX_HANDLES
         {

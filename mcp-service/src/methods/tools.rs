@@ -43,17 +43,13 @@ pub async fn call(engine: &Engine, req: &Request<'_>, catalog: &CatalogView) -> 
     }
     // A `text` tool is a template over the arguments: rendered from the snapshot, no hop.
     if let Some(rendered) = catalog.render_text(name, &arguments) {
-        let (result, outcome) = match rendered {
-            Ok(text) => (json!({ "content": [{ "type": "text", "text": text }], "isError": false }), "ok"),
+        let result = match rendered {
+            Ok(text) => json!({ "content": [{ "type": "text", "text": text }], "isError": false }),
             Err(e) => {
                 tracing::warn!(error = %e, "tool failed");
-                (
-                    json!({ "content": [{ "type": "text", "text": "The tool failed to run." }], "isError": true }),
-                    "tool_error",
-                )
+                json!({ "content": [{ "type": "text", "text": "The tool failed to run." }], "isError": true })
             }
         };
-        metrics::counter!("mcp_text_tool_calls_total", "tool" => name.to_owned(), "outcome" => outcome).increment(1);
         return Ok(shape::call_result(result, req.revision, req.modern()));
     }
     let progress_token = req.progress_token();
