@@ -168,6 +168,9 @@ impl FileSource {
         }
         let item = crate::definitions::file_contents(uri, &self.path, mime)?;
         let json = Bytes::from(serde_json::to_vec(&[item]).map_err(|e| e.to_string())?);
+        if let Some(problem) = crate::definitions::contents_too_large(uri, json.len()) {
+            return Err(problem);
+        }
         let tag = self.keep(len, modified.filter(|m| m.elapsed().is_ok_and(|age| age >= SETTLED)), &json);
         Ok(Contents { json, tag })
     }

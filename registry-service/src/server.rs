@@ -282,10 +282,13 @@ impl RegistryService {
         let exchange = exchange(&req.input_responses_json, &req.state_json, &req.client_capabilities_json)?;
         let reader = template.reader.clone();
         match reader(req.uri.clone(), vars, exchange).await.map_err(Status::invalid_argument)? {
-            Outcome::Complete(contents) => Ok(Response::new(pb::ReadResourceResult {
-                contents_json: json_bytes(&contents).into(),
-                ..Default::default()
-            })),
+            Outcome::Complete(contents) => {
+                let json = json_bytes(&contents);
+                if let Some(problem) = crate::definitions::contents_too_large(&req.uri, json.len()) {
+                    return Err(Status::internal(problem));
+                }
+                Ok(Response::new(pb::ReadResourceResult { contents_json: json.into(), ..Default::default() }))
+            }
             Outcome::InputRequired { requests, state } => Ok(Response::new(pb::ReadResourceResult {
                 input_required: Some(input_required(&requests, &state)),
                 ..Default::default()

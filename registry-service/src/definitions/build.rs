@@ -115,9 +115,47 @@ pub fn is_textual(mime: &str) -> bool {
         || mime.ends_with("+xml")
 }
 
-/// The `contents` entry for a file read now.
+/// The largest file a resource is read from: its contents travel on to mcp-service, and from
+/// there to the gateway, in one message of at most [`mcp_proto::MAX_MESSAGE_BYTES`] (64 MiB),
+/// as JSON (base64 for a blob, a third larger; escapes can grow text). 32 MiB, as an `http`
+/// tool's largest answer.
+pub const MAX_RESOURCE_FILE_BYTES: u64 = (mcp_proto::MAX_MESSAGE_BYTES / 2) as u64;
+
+/// The largest serialized `contents` of one read (the reply around them and the message's other
+/// fields take the rest of a message).
+pub const MAX_CONTENTS_JSON_BYTES: usize = mcp_proto::MAX_MESSAGE_BYTES - 1024 * 1024;
+
+/// Why a read's serialized contents of `len` bytes cannot be served, if they cannot.
+pub fn contents_too_large(uri: &str, len: usize) -> Option<String> {
+    (len > MAX_CONTENTS_JSON_BYTES).then(|| {
+        format!(
+            "`{uri}`: its contents are {len} bytes as JSON, above the {} MiB one read may carry",
+            MAX_CONTENTS_JSON_BYTES / (1024 * 1024)
+        )
+    })
+}
+
+/// The `contents` entry for a file read now. A file above [`MAX_RESOURCE_FILE_BYTES`] is refused,
+/// and no more than that is ever read (a file that grows while it is read is refused too).
 pub fn file_contents(uri: &str, path: &Path, mime: &str) -> Result<Value, String> {
-    let bytes = std::fs::read(path).map_err(|e| format!("cannot read `{}`: {e}", path.display()))?;
+    use std::io::Read as _;
+    let cannot = |e: std::io::Error| format!("cannot read `{}`: {e}", path.display());
+    let too_large = |len: u64| {
+        format!(
+            "`{uri}` is {len} bytes, above the {} MiB a resource's file may have (its contents travel between the services in one message)",
+            MAX_RESOURCE_FILE_BYTES / (1024 * 1024)
+        )
+    };
+    let file = std::fs::File::open(path).map_err(cannot)?;
+    let len = file.metadata().map_err(cannot)?.len();
+    if len > MAX_RESOURCE_FILE_BYTES {
+        return Err(too_large(len));
+    }
+    let mut bytes = Vec::with_capacity(usize::try_from(len).unwrap_or(0));
+    file.take(MAX_RESOURCE_FILE_BYTES + 1).read_to_end(&mut bytes).map_err(cannot)?;
+    if bytes.len() as u64 > MAX_RESOURCE_FILE_BYTES {
+        return Err(too_large(bytes.len() as u64));
+    }
     let mut item = json!({ "uri": uri, "mimeType": mime });
     if is_textual(mime) {
         match String::from_utf8(bytes) {

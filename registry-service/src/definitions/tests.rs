@@ -238,3 +238,22 @@ fn json_is_accepted_too() {
     assert_eq!(catalog.server_info["name"], "j");
     assert!(catalog.tool("hi").is_some());
 }
+
+#[test]
+fn a_file_too_large_to_carry_is_refused_before_it_is_read() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("big.bin");
+    let file = std::fs::File::create(&path).expect("create");
+    file.set_len(super::MAX_RESOURCE_FILE_BYTES + 1).expect("sparse");
+    let refused = super::file_contents("test://big", &path, "application/octet-stream").expect_err("too large");
+    assert!(refused.starts_with("`test://big` is 33554433 bytes, above the 32 MiB"), "{refused}");
+    assert!(!refused.contains(dir.path().to_str().unwrap_or("/")), "no server path: {refused}");
+    file.set_len(3).expect("shrink");
+    let read = super::file_contents("test://big", &path, "application/octet-stream").expect("read");
+    assert_eq!(read["blob"], "AAAA");
+    // The JSON of one read: up to 63 MiB.
+    let most = super::build::MAX_CONTENTS_JSON_BYTES;
+    assert_eq!(most, 63 * 1024 * 1024);
+    assert!(super::contents_too_large("u", most).is_none());
+    assert!(super::contents_too_large("u", most + 1).is_some_and(|m| m.contains("above the 63 MiB")));
+}

@@ -240,3 +240,58 @@ async fn a_resource_above_four_mib_is_read_whole() {
         assert!(read == text, "{}", r.text.chars().take(400).collect::<String>());
     }
 }
+
+/// A resource whose contents could not travel between the services in one message is refused
+/// with its reason logged, before its file is read whole (and the server goes on serving): a
+/// file above 32 MiB, and a smaller one whose text grows past the limit as JSON (every byte
+/// escaped). Through a template, the client is told why.
+#[tokio::test]
+async fn a_resource_too_large_to_carry_is_refused_with_its_reason() {
+    let (dir, file) = definitions_file(concat!(
+        "resources:\n",
+        "  - { uri: 'test://huge', name: huge, mime_type: application/octet-stream, file: huge.bin }\n",
+        "  - { uri: 'test://escaped', name: escaped, mime_type: text/plain, file: escaped.txt }\n",
+        "  - { uri: 'test://small', name: small, mime_type: text/plain, file: small.txt }\n",
+        "resource_templates:\n",
+        "  - { uri_template: 'files://{name}', name: files, directory: files }\n",
+    ));
+    // Sparse files: their size is what counts, and nothing is written to disk.
+    let sized = |path: std::path::PathBuf, len: u64| {
+        std::fs::File::create(path).and_then(|f| f.set_len(len)).expect("sized file");
+    };
+    sized(dir.path().join("huge.bin"), 32 * 1024 * 1024 + 1);
+    // NUL bytes are text, each escaped as six characters: 186 MiB of JSON.
+    sized(dir.path().join("escaped.txt"), 31 * 1024 * 1024);
+    std::fs::write(dir.path().join("small.txt"), "small").expect("write");
+    std::fs::create_dir(dir.path().join("files")).expect("dir");
+    sized(dir.path().join("files").join("big.bin"), 40 * 1024 * 1024);
+    let definitions = ["--definitions", file.as_str()];
+    for stack in [e2e::Stack::microservices_with(&definitions).await, e2e::Stack::standalone_with(&definitions).await] {
+        let client = stack.client();
+        for uri in ["test://huge", "test://escaped"] {
+            let r = client.modern(1, "resources/read", json!({ "uri": uri })).await;
+            assert_eq!(r.error_code(), Some(-32603), "{uri}: {}", r.text);
+            assert!(!r.text.contains("MiB"), "the reason is the operator's, not the client's: {}", r.text);
+        }
+        let r = client.modern(2, "resources/read", json!({ "uri": "files://big.bin" })).await;
+        assert_eq!(r.error_code(), Some(-32602), "{}", r.text);
+        let message = r.json["error"]["message"].as_str().unwrap_or_default();
+        assert!(message.contains("files://big.bin") && message.contains("32 MiB"), "{message}");
+        assert!(!message.contains(dir.path().to_str().unwrap_or("/")), "no server path: {message}");
+        let r = client.modern(3, "resources/read", json!({ "uri": "test://small" })).await;
+        assert_eq!(r.json["result"]["contents"][0]["text"], "small", "{}", r.text);
+        // The operator reads why, in the logs of the service that refused.
+        let mut logged = String::new();
+        for _ in 0..100 {
+            logged = stack.procs.iter().map(e2e::Proc::log_text).collect();
+            if logged.contains("`test://huge` is 33554433 bytes")
+                && logged.contains("`test://escaped`: its contents are")
+            {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        assert!(logged.contains("`test://huge` is 33554433 bytes, above the 32 MiB"), "{logged}");
+        assert!(logged.contains("`test://escaped`: its contents are"), "{logged}");
+    }
+}
