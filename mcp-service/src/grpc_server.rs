@@ -131,6 +131,58 @@ impl Served {
 
 static GRPC: http::HeaderValue = http::HeaderValue::from_static("application/grpc");
 
+/// mcp-service called in this process (standalone mode, through
+/// [`mcp_proto::transport::in_process`]): `Handle` answered as over the network (its one
+/// message read, the same frames and trailers, without tonic's server codec), every other
+/// method by the generated service. The work runs on a task of its own here: in process the
+/// caller's HTTP connection task polls the answer, and work polled inside it would wake that
+/// very task with each frame it sends (measured with the generated service's stream: standalone
+/// calls and legacy lists cost 50 % more CPU inline, the kernel's thread wake-up path growing
+/// from 2 % to 13 % of the profile). When the caller goes away the answer is dropped, its
+/// channel with it, and the work stops at its next send.
+#[derive(Clone)]
+pub struct InProcess {
+    pub engine: Arc<Engine>,
+    pub generated: pb::mcp_service_server::McpServiceServer<crate::server::McpGrpc>,
+}
+
+impl tower::Service<http::Request<tonic::body::Body>> for InProcess {
+    type Response = http::Response<tonic::body::Body>;
+    type Error = Infallible;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Infallible>> + Send>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: http::Request<tonic::body::Body>) -> Self::Future {
+        if request.uri().path() != HANDLE {
+            return Box::pin(self.generated.call(request));
+        }
+        let engine = self.engine.clone();
+        Box::pin(async move {
+            let (parts, body) = request.into_parts();
+            let metadata = tonic::metadata::MetadataMap::from_headers(parts.headers);
+            let started = async {
+                let message = read_message(body, mcp_proto::MAX_MESSAGE_BYTES).await?;
+                pb::McpRequest::decode(message)
+                    .map_err(|e| tonic::Status::internal(format!("failed to decode the McpRequest message: {e}")))
+            };
+            Ok(match started.await {
+                Ok(request) => {
+                    let (work, rx) = crate::server::start(engine, &metadata, request);
+                    tokio::spawn(work);
+                    let frames = Frames { work: None, rx, rest: [None, None], ended: false };
+                    let mut answer = http::Response::new(tonic::body::Body::new(frames));
+                    answer.headers_mut().insert(http::header::CONTENT_TYPE, GRPC.clone());
+                    answer
+                }
+                Err(status) => status.into_http(),
+            })
+        })
+    }
+}
+
 /// The one message of a unary request body, read as it comes: not compressed, its length
 /// what its prefix says and at most `max`. A message that came in one piece (as the gateway
 /// sends it) is not copied.

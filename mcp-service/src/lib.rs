@@ -123,12 +123,13 @@ pub fn engine_with(
 }
 
 /// The engine's gRPC service, called in this process (standalone mode) instead of over a
-/// socket.
+/// socket: `Handle` as mcp-service's own server answers it, the rest by the generated service
+/// ([`grpc_server::InProcess`]).
 pub fn in_process(engine: Arc<Engine>) -> GrpcChannel {
     use mcp_proto::mcp::mcp_service_server::McpServiceServer;
-    mcp_proto::transport::in_process(
-        McpServiceServer::new(server::McpGrpc::new(engine)).max_decoding_message_size(mcp_proto::MAX_MESSAGE_BYTES),
-    )
+    let generated = McpServiceServer::new(server::McpGrpc::new(engine.clone()))
+        .max_decoding_message_size(mcp_proto::MAX_MESSAGE_BYTES);
+    mcp_proto::transport::in_process(grpc_server::InProcess { engine, generated })
 }
 
 /// Bind the configured address and serve gRPC until `shutdown`.

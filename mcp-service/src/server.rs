@@ -15,9 +15,10 @@ use tracing::Instrument as _;
 use crate::context::{Context, Frame};
 use crate::dispatch::Engine;
 
-/// The generated service's implementation. Over the network `Handle` is answered by
-/// [`crate::grpc_server`], which polls the work inside the answer; this one serves it in
-/// process (standalone), and the other methods everywhere.
+/// The generated service's implementation of the methods other than `Handle`, which
+/// [`crate::grpc_server`] answers before the generated service is reached, over the network
+/// (the work polled inside the answer) and in process (`InProcess`: the work on a task of its
+/// own); both start its work with [`start`].
 pub struct McpGrpc {
     engine: Arc<Engine>,
 }
@@ -92,16 +93,9 @@ pub(crate) fn message(f: Frame) -> pb::McpFrame {
 impl McpService for McpGrpc {
     type HandleStream = FrameStream;
 
-    async fn handle(&self, request: Request<pb::McpRequest>) -> Result<Response<Self::HandleStream>, Status> {
-        let (metadata, _, req) = request.into_parts();
-        let (work, rx) = start(self.engine.clone(), &metadata, req);
-        // On a task of its own: in process, the caller's HTTP connection task polls the
-        // stream, and work inline there would wake that very task with each frame it sends
-        // (measured: standalone calls and legacy lists cost 50 % more CPU inline, the kernel's
-        // thread wake-up path growing from 2 % to 13 % of the profile). When the caller goes
-        // away the channel closes and the work stops at its next send.
-        tokio::spawn(work);
-        Ok(Response::new(frames(rx)))
+    async fn handle(&self, _: Request<pb::McpRequest>) -> Result<Response<Self::HandleStream>, Status> {
+        // Never reached: the servers answer `Handle` before the generated service.
+        Err(Status::unimplemented("Handle is answered by mcp-service's own server"))
     }
 
     type ListenStream = FrameStream;
