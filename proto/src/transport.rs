@@ -1,10 +1,10 @@
 //! How a service reaches another's gRPC service: over the network (a [`crate::link::Link`]), or,
 //! when both run in one process (standalone mode), by calling the generated server directly.
 //!
-//! Both are the same type, so callers are written once. In process, the request still goes
-//! through the generated server (and the generated client, or for `Handle` the gateway's
-//! [`crate::call`]): protobuf encoding, metadata, interceptors, the trace context, only without
-//! HTTP/2 framing, sockets and a second runtime task per call.
+//! Both are the same type, so callers are written once. In process, a request still goes
+//! through what answers it over the network (the generated client and server; for `Handle`,
+//! the gateway's [`crate::call`] and mcp-service's own answer): protobuf encoding, metadata,
+//! the trace context, only without HTTP/2 framing and sockets.
 
 use std::convert::Infallible;
 use std::future::Future;
