@@ -167,8 +167,8 @@ mod tests {
         }
     }
 
-    #[test]
-    fn recorded_fields_reach_the_log_line_as_json() {
+    /// The one JSON log line `log` writes, with the services' JSON layer.
+    fn one_json_line(log: impl FnOnce()) -> Value {
         let lines = Lines::default();
         let writer = lines.clone();
         let layer = tracing_subscriber::fmt::layer()
@@ -178,8 +178,14 @@ mod tests {
             .with_span_list(false)
             .fmt_fields(AppendJsonFields)
             .with_writer(move || writer.clone());
-        let subscriber = tracing_subscriber::registry().with(layer);
-        tracing::subscriber::with_default(subscriber, || {
+        tracing::subscriber::with_default(tracing_subscriber::registry().with(layer), log);
+        let text = String::from_utf8(lines.0.lock().expect("lines").clone()).expect("utf-8");
+        serde_json::from_str(text.trim()).expect("one JSON line")
+    }
+
+    #[test]
+    fn recorded_fields_reach_the_log_line_as_json() {
+        let line = one_json_line(|| {
             let span = tracing::info_span!(
                 "req",
                 request_id = "r-1",
@@ -197,8 +203,6 @@ mod tests {
             span.record("code", 7);
             span.in_scope(|| tracing::info!(extra = 1, "inside"));
         });
-        let text = String::from_utf8(lines.0.lock().expect("lines").clone()).expect("utf-8");
-        let line: Value = serde_json::from_str(text.trim()).expect("one JSON line");
         let span = &line["span"];
         assert_eq!(span["request_id"], "r-1");
         assert_eq!(span["method"], "tools/call");
@@ -209,19 +213,10 @@ mod tests {
         assert_eq!(span["name"], "req");
         assert_eq!(line["extra"], 1);
     }
+
     #[test]
     fn record_all_sets_fields_together_or_not_at_all() {
-        let lines = Lines::default();
-        let writer = lines.clone();
-        let layer = tracing_subscriber::fmt::layer()
-            .json()
-            .flatten_event(true)
-            .with_current_span(true)
-            .with_span_list(false)
-            .fmt_fields(AppendJsonFields)
-            .with_writer(move || writer.clone());
-        let subscriber = tracing_subscriber::registry().with(layer);
-        tracing::subscriber::with_default(subscriber, || {
+        let line = one_json_line(|| {
             let span = tracing::info_span!(
                 "req",
                 method = tracing::field::Empty,
@@ -237,8 +232,6 @@ mod tests {
             crate::telemetry::record_all(&span, [("tool", Some(&"greet" as &dyn tracing::Value)), ("nope", Some(&1))]);
             span.in_scope(|| tracing::info!("inside"));
         });
-        let text = String::from_utf8(lines.0.lock().expect("lines").clone()).expect("utf-8");
-        let line: Value = serde_json::from_str(text.trim()).expect("one JSON line");
         let span = &line["span"];
         assert_eq!(span["method"], "tools/call");
         assert_eq!(span["era"], "modern");
