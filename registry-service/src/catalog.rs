@@ -166,11 +166,16 @@ impl FileSource {
             // Shared, not copied: the gRPC answer is written from the kept bytes.
             return Ok(contents);
         }
-        let item = crate::definitions::file_contents(uri, &self.path, mime)?;
-        let json = Bytes::from(serde_json::to_vec(&[item]).map_err(|e| e.to_string())?);
-        if let Some(problem) = crate::definitions::contents_too_large(uri, json.len()) {
-            return Err(problem);
-        }
+        let read = crate::definitions::file_contents(uri, &self.path, mime)
+            .and_then(|item| crate::definitions::contents_json(uri, &[item]));
+        let json = match read {
+            Ok(json) => Bytes::from(json),
+            Err(e) => {
+                // What was kept is not this file's any more.
+                self.forget();
+                return Err(e);
+            }
+        };
         let tag = self.keep(len, modified.filter(|m| m.elapsed().is_ok_and(|age| age >= SETTLED)), &json);
         Ok(Contents { json, tag })
     }

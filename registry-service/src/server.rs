@@ -283,10 +283,7 @@ impl RegistryService {
         let reader = template.reader.clone();
         match reader(req.uri.clone(), vars, exchange).await.map_err(Status::invalid_argument)? {
             Outcome::Complete(contents) => {
-                let json = json_bytes(&contents);
-                if let Some(problem) = crate::definitions::contents_too_large(&req.uri, json.len()) {
-                    return Err(Status::internal(problem));
-                }
+                let json = crate::definitions::contents_json(&req.uri, &contents).map_err(Status::internal)?;
                 Ok(Response::new(pb::ReadResourceResult { contents_json: json.into(), ..Default::default() }))
             }
             Outcome::InputRequired { requests, state } => Ok(Response::new(pb::ReadResourceResult {
@@ -306,7 +303,8 @@ impl RegistryService {
         let exchange = exchange(&req.input_responses_json, &req.state_json, &req.client_capabilities_json)?;
         match (prompt.render)(&req.arguments, &exchange).map_err(Status::invalid_argument)? {
             Outcome::Complete(v) => {
-                Ok(Response::new(pb::GetPromptResult { json: json_bytes(&v), input_required: None }))
+                let json = crate::definitions::contents_json(&req.name, &v).map_err(Status::internal)?;
+                Ok(Response::new(pb::GetPromptResult { json, input_required: None }))
             }
             Outcome::InputRequired { requests, state } => Ok(Response::new(pb::GetPromptResult {
                 json: Vec::new(),

@@ -125,22 +125,45 @@ pub const MAX_RESOURCE_FILE_BYTES: u64 = (mcp_proto::MAX_MESSAGE_BYTES / 2) as u
 /// fields take the rest of a message).
 pub const MAX_CONTENTS_JSON_BYTES: usize = mcp_proto::MAX_MESSAGE_BYTES - 1024 * 1024;
 
-/// Why a read's serialized contents of `len` bytes cannot be served, if they cannot.
-pub fn contents_too_large(uri: &str, len: usize) -> Option<String> {
-    (len > MAX_CONTENTS_JSON_BYTES).then(|| {
-        format!(
-            "`{uri}`: its contents are {len} bytes as JSON, above the {} MiB one read may carry",
+/// `value` as JSON, unless it is longer than [`MAX_CONTENTS_JSON_BYTES`]: then why, without
+/// having made more of it than that. `what` names it (a resource's URI, a prompt).
+pub fn contents_json(what: &str, value: &impl serde::Serialize) -> Result<Vec<u8>, String> {
+    /// A buffer that refuses to grow past the limit.
+    struct Bounded(Vec<u8>);
+    impl std::io::Write for Bounded {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            if self.0.len() + buf.len() > MAX_CONTENTS_JSON_BYTES {
+                return Err(std::io::Error::other("too large"));
+            }
+            self.0.extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut out = Bounded(Vec::new());
+    match serde_json::to_writer(&mut out, value) {
+        Ok(()) => Ok(out.0),
+        Err(e) if e.is_io() => Err(format!(
+            "`{what}`: its contents are more than {} MiB as JSON, the most one answer may carry",
             MAX_CONTENTS_JSON_BYTES / (1024 * 1024)
-        )
-    })
+        )),
+        Err(e) => Err(e.to_string()),
+    }
 }
 
 /// The `contents` entry for a file read now. A file above [`MAX_RESOURCE_FILE_BYTES`] is refused,
-/// and no more than that is ever read (a file that grows while it is read is refused too).
+/// and no more than that is ever read (a file that grows while it is read is refused too). The
+/// errors name the URI, not the file (a template's reach the client): the file's path goes to
+/// the log.
 pub fn file_contents(uri: &str, path: &Path, mime: &str) -> Result<Value, String> {
     use std::io::Read as _;
-    let cannot = |e: std::io::Error| format!("cannot read `{}`: {e}", path.display());
-    let too_large = |len: u64| {
+    let cannot = |e: std::io::Error| {
+        tracing::warn!(uri, path = %path.display(), error = %e, "a resource's file cannot be read");
+        format!("`{uri}` cannot be read: {}", e.kind())
+    };
+    let too_large = |len: String| {
         format!(
             "`{uri}` is {len} bytes, above the {} MiB a resource's file may have (its contents travel between the services in one message)",
             MAX_RESOURCE_FILE_BYTES / (1024 * 1024)
@@ -149,12 +172,13 @@ pub fn file_contents(uri: &str, path: &Path, mime: &str) -> Result<Value, String
     let file = std::fs::File::open(path).map_err(cannot)?;
     let len = file.metadata().map_err(cannot)?.len();
     if len > MAX_RESOURCE_FILE_BYTES {
-        return Err(too_large(len));
+        return Err(too_large(len.to_string()));
     }
     let mut bytes = Vec::with_capacity(usize::try_from(len).unwrap_or(0));
     file.take(MAX_RESOURCE_FILE_BYTES + 1).read_to_end(&mut bytes).map_err(cannot)?;
     if bytes.len() as u64 > MAX_RESOURCE_FILE_BYTES {
-        return Err(too_large(bytes.len() as u64));
+        // It grew while it was read.
+        return Err(too_large(format!("more than {MAX_RESOURCE_FILE_BYTES}")));
     }
     let mut item = json!({ "uri": uri, "mimeType": mime });
     if is_textual(mime) {

@@ -251,9 +251,22 @@ fn a_file_too_large_to_carry_is_refused_before_it_is_read() {
     file.set_len(3).expect("shrink");
     let read = super::file_contents("test://big", &path, "application/octet-stream").expect("read");
     assert_eq!(read["blob"], "AAAA");
-    // The JSON of one read: up to 63 MiB.
+    // The JSON of one answer: up to 63 MiB, and no more than that made to find out.
     let most = super::build::MAX_CONTENTS_JSON_BYTES;
     assert_eq!(most, 63 * 1024 * 1024);
-    assert!(super::contents_too_large("u", most).is_none());
-    assert!(super::contents_too_large("u", most + 1).is_some_and(|m| m.contains("above the 63 MiB")));
+    let fits = "a".repeat(most - 2);
+    assert_eq!(super::contents_json("u", &fits).map(|j| j.len()), Ok(most));
+    let over = "a".repeat(most - 1);
+    let refused = super::contents_json("u", &over).expect_err("one byte over");
+    assert!(refused.contains("`u`: its contents are more than 63 MiB"), "{refused}");
+    // Escapes count: 12 MiB of NUL characters are 72 MiB as JSON.
+    assert!(super::contents_json("u", &"\0".repeat(12 * 1024 * 1024)).is_err());
+}
+
+#[test]
+fn a_file_that_cannot_be_read_is_named_by_its_uri_not_its_path() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let missing = dir.path().join("gone.txt");
+    let refused = super::file_contents("test://gone", &missing, "text/plain").expect_err("gone");
+    assert_eq!(refused, "`test://gone` cannot be read: entity not found");
 }

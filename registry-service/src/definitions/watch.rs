@@ -19,8 +19,20 @@ use crate::server::CatalogHandle;
 /// Events closer together than this are taken as one change.
 const SETTLE: Duration = Duration::from_millis(150);
 
+/// A digest of the file, read in pieces (a large file is never held whole for it).
 fn fingerprint(path: &Path) -> Option<Vec<u8>> {
-    std::fs::read(path).ok().map(|bytes| Sha256::digest(bytes).to_vec())
+    use std::io::Read as _;
+    let mut file = std::fs::File::open(path).ok()?;
+    let mut hasher = Sha256::new();
+    let mut piece = vec![0u8; 64 * 1024];
+    loop {
+        match file.read(&mut piece) {
+            Ok(0) => return Some(hasher.finalize().to_vec()),
+            Ok(n) => hasher.update(&piece[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => return None,
+        }
+    }
 }
 
 /// Whether an event can mean a changed file. Opening, reading and closing a file unwritten are

@@ -265,6 +265,7 @@ async fn a_resource_too_large_to_carry_is_refused_with_its_reason() {
     std::fs::write(dir.path().join("small.txt"), "small").expect("write");
     std::fs::create_dir(dir.path().join("files")).expect("dir");
     sized(dir.path().join("files").join("big.bin"), 40 * 1024 * 1024);
+    sized(dir.path().join("files").join("escaped.txt"), 31 * 1024 * 1024);
     let definitions = ["--definitions", file.as_str()];
     for stack in [e2e::Stack::microservices_with(&definitions).await, e2e::Stack::standalone_with(&definitions).await] {
         let client = stack.client();
@@ -278,6 +279,9 @@ async fn a_resource_too_large_to_carry_is_refused_with_its_reason() {
         let message = r.json["error"]["message"].as_str().unwrap_or_default();
         assert!(message.contains("files://big.bin") && message.contains("32 MiB"), "{message}");
         assert!(!message.contains(dir.path().to_str().unwrap_or("/")), "no server path: {message}");
+        // Too large only as JSON: the operator's to know, as for a resource of its own.
+        let r = client.modern(3, "resources/read", json!({ "uri": "files://escaped.txt" })).await;
+        assert_eq!(r.error_code(), Some(-32603), "{}", r.text);
         let r = client.modern(3, "resources/read", json!({ "uri": "test://small" })).await;
         assert_eq!(r.json["result"]["contents"][0]["text"], "small", "{}", r.text);
         // The operator reads why, in the logs of the service that refused.
@@ -286,12 +290,14 @@ async fn a_resource_too_large_to_carry_is_refused_with_its_reason() {
             logged = stack.procs.iter().map(e2e::Proc::log_text).collect();
             if logged.contains("`test://huge` is 33554433 bytes")
                 && logged.contains("`test://escaped`: its contents are")
+                && logged.contains("`files://escaped.txt`: its contents are")
             {
                 break;
             }
             tokio::time::sleep(std::time::Duration::from_millis(50)).await;
         }
         assert!(logged.contains("`test://huge` is 33554433 bytes, above the 32 MiB"), "{logged}");
-        assert!(logged.contains("`test://escaped`: its contents are"), "{logged}");
+        assert!(logged.contains("`test://escaped`: its contents are more than 63 MiB"), "{logged}");
+        assert!(logged.contains("`files://escaped.txt`: its contents are"), "{logged}");
     }
 }
