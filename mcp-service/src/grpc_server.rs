@@ -11,6 +11,9 @@
 //! gateway sends) sees what it saw from tonic; a malformed one is refused with its own reason
 //! (a second message, for one, which tonic would have dropped unread). Nothing sends
 //! `grpc-timeout` to this service, and no deadline is kept here.
+//!
+//! In process (standalone mode), [`InProcess`] answers `Handle` the same way, without the
+//! sockets and HTTP/2; there the caller is in the same process, and no token is checked.
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -125,7 +128,7 @@ impl Served {
         let request = pb::McpRequest::decode(message)
             .map_err(|e| tonic::Status::internal(format!("failed to decode the McpRequest message: {e}")))?;
         let (work, rx) = crate::server::start(self.engine.clone(), &metadata, request);
-        Ok(Frames { work: Some(Box::pin(work)), rx, rest: [None, None], ended: false })
+        Ok(Frames { work: Some(Box::pin(work)), _task: None, rx, rest: [None, None], ended: false })
     }
 }
 
@@ -138,8 +141,8 @@ static GRPC: http::HeaderValue = http::HeaderValue::from_static("application/grp
 /// caller's HTTP connection task polls the answer, and work polled inside it would wake that
 /// very task with each frame it sends (measured with the generated service's stream: standalone
 /// calls and legacy lists cost 50 % more CPU inline, the kernel's thread wake-up path growing
-/// from 2 % to 13 % of the profile). When the caller goes away the answer is dropped, its
-/// channel with it, and the work stops at its next send.
+/// from 2 % to 13 % of the profile). When the caller goes away the answer is dropped and the
+/// task aborted, as the work is dropped over the network.
 #[derive(Clone)]
 pub struct InProcess {
     pub engine: Arc<Engine>,
@@ -171,8 +174,8 @@ impl tower::Service<http::Request<tonic::body::Body>> for InProcess {
             Ok(match started.await {
                 Ok(request) => {
                     let (work, rx) = crate::server::start(engine, &metadata, request);
-                    tokio::spawn(work);
-                    let frames = Frames { work: None, rx, rest: [None, None], ended: false };
+                    let task = AbortOnDrop(tokio::spawn(work).abort_handle());
+                    let frames = Frames { work: None, _task: Some(task), rx, rest: [None, None], ended: false };
                     let mut answer = http::Response::new(tonic::body::Body::new(frames));
                     answer.headers_mut().insert(http::header::CONTENT_TYPE, GRPC.clone());
                     answer
@@ -231,17 +234,29 @@ where
     }
 }
 
-/// A `Handle` call's answer: the work, polled here, its frames as they come, then
-/// `grpc-status: 0`. The work has no task of its own: a spawn copied the large future into a
-/// new task, and each frame woke the stream's task from another one (measured with tonic's
-/// stream, mcp-service's CPU per `tools/call` 44 → 32 µs, per legacy `tools/list` 47 → 35).
-/// A client that goes away drops the answer, and the work with it.
+/// A `Handle` call's answer: the work's frames as they come, then `grpc-status: 0`. Over the
+/// network the work is polled here and has no task of its own: a spawn copied the large future
+/// into a new task, and each frame woke the stream's task from another one (measured with
+/// tonic's stream, mcp-service's CPU per `tools/call` 44 → 32 µs, per legacy `tools/list`
+/// 47 → 35). In process it runs on a task of its own ([`InProcess`]), aborted with the answer.
+/// Either way a client that goes away drops the answer, and the work with it.
 pub struct Frames {
     work: Option<Pin<Box<dyn Future<Output = ()> + Send>>>,
+    /// The work's own task, when it has one: held to be aborted with the answer.
+    _task: Option<AbortOnDrop>,
     rx: mpsc::Receiver<Frame>,
     /// What is left to send of a message sent in pieces ([`encode`]), in order.
     rest: [Option<Bytes>; 2],
     ended: bool,
+}
+
+/// A task aborted when this is dropped (a finished one is left as it is).
+struct AbortOnDrop(tokio::task::AbortHandle);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 impl http_body::Body for Frames {
@@ -423,7 +438,7 @@ mod tests {
                 tx.send(Frame::new(json, disposition)).await.expect("sent");
             }
         };
-        let mut answer = Frames { work: Some(Box::pin(work)), rx, rest: [None, None], ended: false };
+        let mut answer = Frames { work: Some(Box::pin(work)), _task: None, rx, rest: [None, None], ended: false };
         let (mut data, mut trailers) = (Vec::new(), None);
         while let Some(frame) = answer.frame().await {
             match frame.expect("a frame").into_data() {
@@ -455,10 +470,27 @@ mod tests {
             let _alive = alive;
             std::future::pending::<()>().await;
         };
-        let mut answer = Frames { work: Some(Box::pin(work)), rx, rest: [None, None], ended: false };
+        let mut answer = Frames { work: Some(Box::pin(work)), _task: None, rx, rest: [None, None], ended: false };
         let waited = tokio::time::timeout(std::time::Duration::from_millis(20), answer.frame()).await;
         assert!(waited.is_err(), "the work runs on");
         drop(answer);
         assert!(gone.await.is_err(), "the work was dropped");
+    }
+    /// In process the work has a task of its own: an answer dropped aborts it.
+    #[tokio::test]
+    async fn a_dropped_answer_aborts_its_work_s_task() {
+        let (_tx, rx) = mpsc::channel(1);
+        let (alive, gone) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(async move {
+            let _alive = alive;
+            std::future::pending::<()>().await;
+        });
+        let answer =
+            Frames { work: None, _task: Some(AbortOnDrop(task.abort_handle())), rx, rest: [None, None], ended: false };
+        tokio::task::yield_now().await;
+        assert!(!task.is_finished(), "the work runs on");
+        drop(answer);
+        let ended = tokio::time::timeout(std::time::Duration::from_secs(5), gone).await;
+        assert!(matches!(ended, Ok(Err(_))), "the work was aborted");
     }
 }

@@ -4,7 +4,8 @@
 //! Both are the same type, so callers are written once. In process, a request still goes
 //! through what answers it over the network (the generated client and server; for `Handle`,
 //! the gateway's [`crate::call`] and mcp-service's own answer): protobuf encoding, metadata,
-//! the trace context, only without HTTP/2 framing and sockets.
+//! the trace context, only without HTTP/2 framing and sockets (and without the service token's
+//! check: the caller is the same process).
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -157,7 +158,8 @@ impl tower::Service<http::Request<Body>> for Network {
     }
 }
 
-/// A connection to a generated server (`XxxServer::new(..)`) in this process.
+/// A connection to a service in this process: a generated server (`XxxServer::new(..)`), or
+/// one that answers some methods itself before it (mcp-service's `InProcess`).
 pub fn in_process<S>(server: S) -> GrpcChannel
 where
     S: tower::Service<http::Request<Body>, Response = http::Response<Body>, Error = Infallible>
