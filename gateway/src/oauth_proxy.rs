@@ -1,23 +1,37 @@
 //! `/.well-known/oauth-authorization-server` and `/oauth/*` are served by oauth-service; the
 //! gateway relays them so that clients find the authorisation server on the MCP origin.
+//!
+//! A request's body is read whole before it is relayed (OAuth's requests are small forms and
+//! JSON documents: above [`MAX_BODY_BYTES`] the gateway answers 413 itself). oauth-service may
+//! answer a request it refuses before reading its body; a body still being sent then met a
+//! closed connection, and the client got 503 instead of the service's answer. A whole body
+//! also lets the relay send a request again, once, when the pooled connection it went out on
+//! turned out closed before any answer came (the service had closed it as the request left).
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Body;
-use std::net::SocketAddr;
-
 use axum::extract::{ConnectInfo, Request, State};
 use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
 use http::{StatusCode, Uri, header};
+use http_body_util::Full;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 
 use crate::app::Gateway;
 
+/// The largest request body relayed to oauth-service.
+pub const MAX_BODY_BYTES: usize = 1024 * 1024;
+
+/// How long oauth-service has to answer.
+const ANSWER_TIMEOUT: Duration = Duration::from_secs(30);
+
 pub struct OAuthProxy {
-    client: Client<HttpConnector, Body>,
+    client: Client<HttpConnector, Full<Bytes>>,
     base: Uri,
 }
 
@@ -32,6 +46,48 @@ impl OAuthProxy {
         connector.set_nodelay(true);
         Ok(Self { client: Client::builder(TokioExecutor::new()).build(connector), base })
     }
+
+    /// Send `parts` with `body` to oauth-service; once more when the connection closed before
+    /// any answer (the request cannot have been answered: the client has seen nothing).
+    async fn send(
+        &self,
+        parts: &http::request::Parts,
+        body: &Bytes,
+    ) -> Result<http::Response<hyper::body::Incoming>, hyper_util::client::legacy::Error> {
+        let request = || {
+            let mut req = http::Request::new(Full::new(body.clone()));
+            *req.method_mut() = parts.method.clone();
+            *req.uri_mut() = parts.uri.clone();
+            *req.version_mut() = parts.version;
+            *req.headers_mut() = parts.headers.clone();
+            req
+        };
+        match self.client.request(request()).await {
+            Err(e) if closed_before_answer(&e) => {
+                tracing::debug!(error = %error_chain(&e), "oauth-service closed the connection before answering; sending again");
+                self.client.request(request()).await
+            }
+            answer => answer,
+        }
+    }
+}
+
+/// The connection closed before an answer began: what a pooled connection the other side
+/// closed as idle gives.
+fn closed_before_answer(e: &hyper_util::client::legacy::Error) -> bool {
+    std::iter::successors(Some(e as &dyn std::error::Error), |e| e.source())
+        .filter_map(|e| e.downcast_ref::<hyper::Error>())
+        .any(|e| e.is_incomplete_message() || e.is_canceled())
+}
+
+/// An error with its sources, `: `-separated (hyper-util's own message is only its kind).
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    for source in std::iter::successors(e.source(), |e| e.source()) {
+        text.push_str(": ");
+        text.push_str(&source.to_string());
+    }
+    text
 }
 
 /// Headers that describe one hop, not the message.
@@ -49,26 +105,33 @@ const HOP_BY_HOP: [&str; 8] = [
 pub async fn proxy(
     State(gw): State<Arc<Gateway>>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    mut req: Request,
+    req: Request,
 ) -> Response {
     let proxy = &gw.oauth;
-    let path = req.uri().path_and_query().map_or("/", |p| p.as_str());
+    let (mut parts, body) = req.into_parts();
+    let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
     let uri = format!("{}{}", proxy.base.to_string().trim_end_matches('/'), path);
     match uri.parse() {
-        Ok(u) => *req.uri_mut() = u,
+        Ok(u) => parts.uri = u,
         Err(_) => return StatusCode::BAD_REQUEST.into_response(),
     }
     for h in HOP_BY_HOP {
-        req.headers_mut().remove(h);
+        parts.headers.remove(h);
     }
+    // The body is sent whole with its length (whatever framing the client used).
+    parts.headers.remove(header::CONTENT_LENGTH);
     // The client's address, for oauth-service's per-client limits: the peer (or, behind a
     // trusted proxy, the address it forwarded: see `client_addr`) replaces whatever the
     // client claimed.
-    req.headers_mut().remove("x-forwarded-for");
+    parts.headers.remove("x-forwarded-for");
     if let Ok(v) = http::HeaderValue::from_str(&peer.ip().to_string()) {
-        req.headers_mut().insert("x-forwarded-for", v);
+        parts.headers.insert("x-forwarded-for", v);
     }
-    match tokio::time::timeout(Duration::from_secs(30), proxy.client.request(req)).await {
+    let body = match read_body(body, gw.body_timeout).await {
+        Ok(body) => body,
+        Err(refusal) => return refusal,
+    };
+    match tokio::time::timeout(ANSWER_TIMEOUT, proxy.send(&parts, &body)).await {
         Ok(Ok(resp)) => {
             let (mut parts, body) = resp.into_parts();
             for h in HOP_BY_HOP {
@@ -77,7 +140,7 @@ pub async fn proxy(
             Response::from_parts(parts, Body::new(body))
         }
         Ok(Err(e)) => {
-            tracing::warn!(error = %e, "oauth-service unreachable");
+            tracing::warn!(error = %error_chain(&e), "oauth-service unreachable");
             unavailable()
         }
         Err(_) => {
@@ -85,6 +148,33 @@ pub async fn proxy(
             unavailable()
         }
     }
+}
+
+/// The request's body, whole: 413 above [`MAX_BODY_BYTES`] (before reading when its length
+/// says so), 400 when it broke off, 408 when it did not arrive within `timeout`.
+async fn read_body(body: Body, timeout: Duration) -> Result<Bytes, Response> {
+    if http_body::Body::size_hint(&body).lower() > MAX_BODY_BYTES as u64 {
+        return Err(too_large());
+    }
+    match tokio::time::timeout(timeout, axum::body::to_bytes(body, MAX_BODY_BYTES)).await {
+        Ok(Ok(bytes)) => Ok(bytes),
+        Ok(Err(e)) => {
+            let limit = std::iter::successors(Some(&e as &dyn std::error::Error), |e| e.source())
+                .any(|e| e.is::<http_body_util::LengthLimitError>());
+            Err(if limit { too_large() } else { refusal(StatusCode::BAD_REQUEST, "the request body broke off") })
+        }
+        Err(_) => Err(refusal(StatusCode::REQUEST_TIMEOUT, "the request body did not arrive in time")),
+    }
+}
+
+fn too_large() -> Response {
+    refusal(StatusCode::PAYLOAD_TOO_LARGE, "the request body is larger than 1 MiB")
+}
+
+/// An OAuth error document (RFC 6749 §5.2's shape) for a request the gateway refuses itself.
+fn refusal(status: StatusCode, description: &str) -> Response {
+    let body = serde_json::json!({ "error": "invalid_request", "error_description": description });
+    (status, [(header::CACHE_CONTROL, "no-store")], axum::Json(body)).into_response()
 }
 
 /// The authorisation server cannot be reached: 503 with a retry hint (RFC 6749 §4.1.2.1's
@@ -96,4 +186,98 @@ fn unavailable() -> Response {
         r#"{"error":"temporarily_unavailable","error_description":"the authorisation server is unavailable; retry shortly"}"#,
     )
         .into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::TcpListener;
+
+    /// Read one request's head (these requests have no body).
+    async fn read_head(stream: &mut tokio::net::TcpStream) -> bool {
+        let mut seen = Vec::new();
+        let mut buf = [0u8; 1024];
+        while !seen.windows(4).any(|w| w == b"\r\n\r\n") {
+            match stream.read(&mut buf).await {
+                Ok(0) | Err(_) => return false,
+                Ok(n) => seen.extend_from_slice(&buf[..n]),
+            }
+        }
+        true
+    }
+
+    /// A server that answers the first request on each connection and keeps it open, then
+    /// closes it when a second request arrives on it, without an answer (as a server does that
+    /// closed an idle connection as the request left).
+    async fn one_answer_per_connection() -> (String, Arc<std::sync::atomic::AtomicUsize>) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let connections = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let count = connections.clone();
+        tokio::spawn(async move {
+            while let Ok((mut stream, _)) = listener.accept().await {
+                count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                tokio::spawn(async move {
+                    if read_head(&mut stream).await {
+                        let answer = "HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
+                        let _ = stream.write_all(answer.as_bytes()).await;
+                        let _ = read_head(&mut stream).await;
+                    }
+                });
+            }
+        });
+        (format!("http://{addr}"), connections)
+    }
+
+    fn get(uri: &str) -> http::request::Parts {
+        http::Request::get(format!("{uri}/oauth/jwks")).body(()).expect("request").into_parts().0
+    }
+
+    #[tokio::test]
+    async fn a_request_on_a_connection_closed_before_answering_is_sent_again() {
+        let (base, connections) = one_answer_per_connection().await;
+        let proxy = OAuthProxy::new(&base).expect("proxy");
+        for n in 1..=3 {
+            let answer = proxy.send(&get(&base), &Bytes::new()).await.expect("answered");
+            assert_eq!(answer.status(), 200);
+            let body = http_body_util::BodyExt::collect(answer.into_body()).await.expect("body").to_bytes();
+            assert_eq!(&body[..], b"ok");
+            // Each answer after the first came on a new connection, after the pooled one closed.
+            assert_eq!(connections.load(std::sync::atomic::Ordering::SeqCst), n);
+        }
+    }
+
+    #[tokio::test]
+    async fn a_connection_that_closes_twice_is_unavailable_not_retried_forever() {
+        // Every connection closes without an answer: one retry, then the error.
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let connections = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let count = connections.clone();
+        tokio::spawn(async move {
+            while let Ok((mut stream, _)) = listener.accept().await {
+                count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                tokio::spawn(async move {
+                    let _ = read_head(&mut stream).await;
+                });
+            }
+        });
+        let base = format!("http://{addr}");
+        let proxy = OAuthProxy::new(&base).expect("proxy");
+        let e = proxy.send(&get(&base), &Bytes::new()).await.expect_err("never answered");
+        assert!(closed_before_answer(&e), "{}", error_chain(&e));
+        assert_eq!(connections.load(std::sync::atomic::Ordering::SeqCst), 2);
+    }
+
+    #[tokio::test]
+    async fn bodies_above_the_limit_are_refused_before_they_are_relayed() {
+        let refused = read_body(Body::from(vec![b'x'; MAX_BODY_BYTES + 1]), Duration::from_secs(5)).await;
+        assert_eq!(refused.expect_err("too large").status(), StatusCode::PAYLOAD_TOO_LARGE);
+        let stream = futures_util::stream::iter([vec![b'x'; MAX_BODY_BYTES], vec![b'x']].map(Ok::<_, std::io::Error>));
+        let refused = read_body(Body::from_stream(stream), Duration::from_secs(5)).await;
+        assert_eq!(refused.expect_err("too large").status(), StatusCode::PAYLOAD_TOO_LARGE);
+        let whole = read_body(Body::from(vec![b'x'; MAX_BODY_BYTES]), Duration::from_secs(5)).await;
+        assert_eq!(whole.expect("at the limit").len(), MAX_BODY_BYTES);
+    }
 }

@@ -482,6 +482,61 @@ async fn hostile_requests(env: &[(&str, &str)]) {
     assert_eq!(r.status().as_u16(), 400);
 }
 
+/// The gateway relays OAuth requests with their bodies whole: one too large is refused with
+/// 413 by the gateway itself (announced or chunked), and requests oauth-service refuses before
+/// reading their bodies get its answer, never a 503, with every valid request between them
+/// answered.
+#[tokio::test]
+async fn oauth_bodies_are_relayed_whole_or_refused_with_413() {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let dir = tempfile::tempdir().expect("tempdir");
+    let stack = secured(&dir, &[("OAUTH_REGISTRATION_PER_MINUTE", "100000")]).await;
+    let base = stack.base.clone();
+    let addr = stack.gateway().addr();
+    let head = e2e::raw_exchange(
+        addr,
+        "POST /oauth/register HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: 3000000\r\n\r\n",
+    )
+    .await;
+    assert!(head.starts_with("HTTP/1.1 413"), "{head}");
+    assert!(head.contains("\"error\":\"invalid_request\""), "an OAuth error document: {head}");
+
+    let mut chunked = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    let head = "POST /oauth/token HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/x-www-form-urlencoded\r\nTransfer-Encoding: chunked\r\n\r\n";
+    chunked.write_all(head.as_bytes()).await.expect("write");
+    let chunk = format!("{:x}\r\n{}\r\n", 64 * 1024, "a".repeat(64 * 1024));
+    for _ in 0..20 {
+        if chunked.write_all(chunk.as_bytes()).await.is_err() {
+            break;
+        }
+    }
+    let mut answer = vec![0u8; 4096];
+    let n = tokio::time::timeout(std::time::Duration::from_secs(10), chunked.read(&mut answer))
+        .await
+        .expect("answered")
+        .expect("read");
+    let text = String::from_utf8_lossy(&answer[..n]);
+    assert!(text.starts_with("HTTP/1.1 413"), "{text}");
+
+    let http = e2e::http();
+    let register = format!("{base}/oauth/register");
+    let metadata = json!({ "redirect_uris": [REDIRECT] }).to_string();
+    for round in 0..20 {
+        // Not JSON's content type: refused before its body is read; then not JSON at all, read
+        // whole (just under the gateway's limit); then a valid registration.
+        let r = http.post(&register).header("content-type", "text/plain").body("x".repeat(200_000)).send().await;
+        let r = r.expect("POST");
+        assert_eq!(r.status().as_u16(), 400, "round {round}");
+        let r =
+            http.post(&register).header("content-type", "application/json").body("x".repeat(1_000_000)).send().await;
+        let r = r.expect("POST");
+        assert_eq!(r.status().as_u16(), 400, "round {round}");
+        let r = http.post(&register).header("content-type", "application/json").body(metadata.clone()).send().await;
+        let r = r.expect("POST");
+        assert_eq!(r.status().as_u16(), 201, "round {round}");
+    }
+}
+
 /// With `token_validation = introspect` the gateway asks the authorisation server about each
 /// token: the whole flow ends with revoke → 401 at once.
 #[tokio::test]
