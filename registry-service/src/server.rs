@@ -230,7 +230,17 @@ impl RegistryService {
             use pb::tool_event::Event;
             let started = std::time::Instant::now();
             let event = match handler(args, ctx).await {
-                Ok(Outcome::Complete(v)) => Event::ResultJson(json_bytes(&v)),
+                // A result too large to carry to mcp-service is the tool's error, with why.
+                Ok(Outcome::Complete(v)) => match crate::definitions::contents_json(&name, &v) {
+                    Ok(json) => Event::ResultJson(json),
+                    Err(reason) => {
+                        tracing::warn!(error = %reason, "the tool's result is too large to send");
+                        Event::ResultJson(json_bytes(&text_result(
+                            format!("The tool's result is too large: {reason}"),
+                            true,
+                        )))
+                    }
+                },
                 Ok(Outcome::InputRequired { requests, state }) => {
                     Event::InputRequired(input_required(&requests, &state))
                 }

@@ -69,7 +69,7 @@ pub fn tool(def: &HttpDef, cx: &ToolContext<'_>) -> Result<ToolHandler, Vec<Stri
         problems.push("http.timeout_ms must be greater than 0".into());
     }
     // The answer goes on to mcp-service in one message, as JSON (escaping can grow text).
-    let most = mcp_proto::MAX_MESSAGE_BYTES / 2;
+    let most = crate::definitions::MAX_RAW_BYTES as usize;
     if def.max_response_bytes.is_some_and(|max| max == 0 || max > most) {
         problems.push(format!(
             "http.max_response_bytes must be between 1 and {most} ({} MiB: the answer travels between the services in one message of at most {} MiB)",

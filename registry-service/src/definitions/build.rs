@@ -115,18 +115,18 @@ pub fn is_textual(mime: &str) -> bool {
         || mime.ends_with("+xml")
 }
 
-/// The largest file a resource is read from: its contents travel on to mcp-service, and from
-/// there to the gateway, in one message of at most [`mcp_proto::MAX_MESSAGE_BYTES`] (64 MiB),
-/// as JSON (base64 for a blob, a third larger; escapes can grow text). 32 MiB, as an `http`
-/// tool's largest answer.
-pub const MAX_RESOURCE_FILE_BYTES: u64 = (mcp_proto::MAX_MESSAGE_BYTES / 2) as u64;
+/// The most raw bytes one answer carries: the largest file a resource is read from, and an
+/// `http` tool's largest answer. They travel on to mcp-service, and from there to the gateway,
+/// in one message of at most [`mcp_proto::MAX_MESSAGE_BYTES`] (64 MiB), as JSON (base64 for a
+/// blob, a third larger; escapes can grow text): 32 MiB.
+pub const MAX_RAW_BYTES: u64 = (mcp_proto::MAX_MESSAGE_BYTES / 2) as u64;
 
 /// The largest serialized `contents` of one read (the reply around them and the message's other
 /// fields take the rest of a message).
 pub const MAX_CONTENTS_JSON_BYTES: usize = mcp_proto::MAX_MESSAGE_BYTES - 1024 * 1024;
 
 /// `value` as JSON, unless it is longer than [`MAX_CONTENTS_JSON_BYTES`]: then why, without
-/// having made more of it than that. `what` names it (a resource's URI, a prompt).
+/// having made more of it than that. `what` names it (a resource's URI, a prompt, a tool).
 pub fn contents_json(what: &str, value: &impl serde::Serialize) -> Result<Vec<u8>, String> {
     /// A buffer that refuses to grow past the limit.
     struct Bounded(Vec<u8>);
@@ -153,7 +153,7 @@ pub fn contents_json(what: &str, value: &impl serde::Serialize) -> Result<Vec<u8
     }
 }
 
-/// The `contents` entry for a file read now. A file above [`MAX_RESOURCE_FILE_BYTES`] is refused,
+/// The `contents` entry for a file read now. A file above [`MAX_RAW_BYTES`] is refused,
 /// and no more than that is ever read (a file that grows while it is read is refused too). The
 /// errors name the URI, not the file (a template's reach the client): the file's path goes to
 /// the log.
@@ -166,19 +166,19 @@ pub fn file_contents(uri: &str, path: &Path, mime: &str) -> Result<Value, String
     let too_large = |len: String| {
         format!(
             "`{uri}` is {len} bytes, above the {} MiB a resource's file may have (its contents travel between the services in one message)",
-            MAX_RESOURCE_FILE_BYTES / (1024 * 1024)
+            MAX_RAW_BYTES / (1024 * 1024)
         )
     };
     let file = std::fs::File::open(path).map_err(cannot)?;
     let len = file.metadata().map_err(cannot)?.len();
-    if len > MAX_RESOURCE_FILE_BYTES {
+    if len > MAX_RAW_BYTES {
         return Err(too_large(len.to_string()));
     }
     let mut bytes = Vec::with_capacity(usize::try_from(len).unwrap_or(0));
-    file.take(MAX_RESOURCE_FILE_BYTES + 1).read_to_end(&mut bytes).map_err(cannot)?;
-    if bytes.len() as u64 > MAX_RESOURCE_FILE_BYTES {
+    file.take(MAX_RAW_BYTES + 1).read_to_end(&mut bytes).map_err(cannot)?;
+    if bytes.len() as u64 > MAX_RAW_BYTES {
         // It grew while it was read.
-        return Err(too_large(format!("more than {MAX_RESOURCE_FILE_BYTES}")));
+        return Err(too_large(format!("more than {MAX_RAW_BYTES}")));
     }
     let mut item = json!({ "uri": uri, "mimeType": mime });
     if is_textual(mime) {

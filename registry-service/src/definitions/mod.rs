@@ -13,7 +13,7 @@ mod build;
 pub mod model;
 pub mod watch;
 
-pub use build::{MAX_RESOURCE_FILE_BYTES, contents_json, file_contents, under_root};
+pub use build::{MAX_RAW_BYTES, contents_json, file_contents, under_root};
 
 use std::fmt;
 use std::path::Path;

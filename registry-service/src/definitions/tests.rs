@@ -244,7 +244,7 @@ fn a_file_too_large_to_carry_is_refused_before_it_is_read() {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("big.bin");
     let file = std::fs::File::create(&path).expect("create");
-    file.set_len(super::MAX_RESOURCE_FILE_BYTES + 1).expect("sparse");
+    file.set_len(super::MAX_RAW_BYTES + 1).expect("sparse");
     let refused = super::file_contents("test://big", &path, "application/octet-stream").expect_err("too large");
     assert!(refused.starts_with("`test://big` is 33554433 bytes, above the 32 MiB"), "{refused}");
     assert!(!refused.contains(dir.path().to_str().unwrap_or("/")), "no server path: {refused}");

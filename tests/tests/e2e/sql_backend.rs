@@ -66,8 +66,18 @@ async fn walk(c: &Client) {
 
 #[tokio::test]
 async fn sqlite_tools() {
-    let served = e2e::Served::definitions(&definitions("sqlite://crm.db?mode=rwc"), &[]).await;
+    let mut defs = definitions("sqlite://crm.db?mode=rwc");
+    // 80 million characters in one value: too large to carry between the services.
+    defs.push_str("  - name: huge\n    sql: { database: crm, query: \"SELECT hex(zeroblob(40000000)) AS x\" }\n");
+    let served = e2e::Served::definitions(&defs, &[]).await;
     walk(&served.client).await;
+    // Refused as the tool's error with its reason, and the server goes on serving.
+    let r = call(&served.client, "huge", json!({})).await;
+    assert_eq!(r["isError"], true, "{}", &r.to_string()[..r.to_string().len().min(300)]);
+    let text = r["content"][0]["text"].as_str().unwrap_or_default();
+    assert!(text.contains("too large") && text.contains("63 MiB"), "{text}");
+    let r = call(&served.client, "find", json!({"name": "bob"})).await;
+    assert_eq!(r["structuredContent"]["rows"], json!([{"name":"bob","total":10}]));
 }
 
 #[tokio::test]
