@@ -9,7 +9,7 @@ use axum::Router;
 use axum::body::Bytes;
 use std::net::SocketAddr;
 
-use axum::extract::{ConnectInfo, State};
+use axum::extract::{ConnectInfo, Request, State};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get, post};
 use http::{HeaderMap, HeaderName, Method, StatusCode, header};
@@ -217,9 +217,10 @@ fn refusal(r: Refusal, id: Option<&str>) -> Response {
 async fn mcp_post(
     State(gw): State<Arc<Gateway>>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    headers: HeaderMap,
-    body: axum::body::Body,
+    req: Request,
 ) -> Response {
+    // The request taken apart (the `HeaderMap` extractor would copy its headers).
+    let (http::request::Parts { headers, .. }, body) = req.into_parts();
     // A length announced over the limit (hyper's size hint is the parsed `Content-Length`).
     if axum::body::HttpBody::size_hint(&body).lower() > gw.max_body_bytes as u64 {
         return payload_too_large();

@@ -149,18 +149,16 @@ pub async fn serve_with(
         }
     });
     let proxies = client_addr::TrustedProxies::parse(&config.trusted_proxies).map_err(Error::Config)?;
-    let edge = Arc::new(Edge { max_header_bytes: config.max_header_bytes, proxies });
+    let checks = Arc::new(EdgeChecks { max_header_bytes: config.max_header_bytes, proxies });
     // Around the whole router, outermost first. Built once as one concrete type (see
-    // `app::router`); `from_fn` clones what it wraps for each request, so it wraps only the
-    // router, an `Arc`.
+    // `app::router`).
     let app = tower::ServiceBuilder::new()
         // Give every request an id (kept if the client sent one), and echo it to the client.
         .layer(SetRequestIdLayer::new(app::REQUEST_ID, MakeRequestUuid))
         .layer(PropagateRequestIdLayer::new(app::REQUEST_ID))
         // CORS answers preflights before anything else runs.
         .layer(app::cors(state.policy.clone()))
-        .layer(axum::middleware::from_fn_with_state(edge, edge_checks))
-        .service(app::router(state.clone()));
+        .service(Edge { checks, router: app::router(state.clone()) });
     tracing::info!(service = "gateway", %addr, endpoint = %format!("http://{addr}/mcp"), "listening");
 
     let drain = state.clone();
@@ -184,22 +182,43 @@ pub async fn serve_with(
     Ok(())
 }
 
-/// What [`edge_checks`] needs.
+/// Every request, before the routes: the header guard (a refusal is answered at once), the
+/// client's address behind trusted proxies, then one span and the metrics of the request
+/// around the router's answer. A service of its own (not `axum::middleware::from_fn`, which
+/// boxes the rest of the stack, its call and its answer again for each request): one box
+/// per request.
+#[derive(Clone)]
 struct Edge {
+    checks: Arc<EdgeChecks>,
+    router: axum::Router,
+}
+
+/// What [`Edge`] checks with.
+struct EdgeChecks {
     max_header_bytes: usize,
     proxies: client_addr::TrustedProxies,
 }
 
-/// Every request, before the routes: the header guard (a refusal is answered at once), the
-/// client's address behind trusted proxies, then one span and the metrics of the request.
-async fn edge_checks(
-    axum::extract::State(edge): axum::extract::State<Arc<Edge>>,
-    mut req: axum::extract::Request,
-    next: axum::middleware::Next,
-) -> axum::response::Response {
-    if let Some(refused) = limits::header_refusal(&req, edge.max_header_bytes) {
-        return refused;
+impl tower::Service<axum::extract::Request> for Edge {
+    type Response = axum::response::Response;
+    type Error = std::convert::Infallible;
+    type Future = futures_util::future::BoxFuture<'static, Result<Self::Response, Self::Error>>;
+
+    fn poll_ready(&mut self, cx: &mut std::task::Context<'_>) -> std::task::Poll<Result<(), Self::Error>> {
+        // Always ready: a router answers every call.
+        tower::Service::<axum::extract::Request>::poll_ready(&mut self.router, cx)
     }
-    client_addr::apply(&edge.proxies, &mut req);
-    observe::observe(req, next).await
+
+    fn call(&mut self, mut req: axum::extract::Request) -> Self::Future {
+        if let Some(refused) = limits::header_refusal(&req, self.checks.max_header_bytes) {
+            return Box::pin(std::future::ready(Ok(refused)));
+        }
+        client_addr::apply(&self.checks.proxies, &mut req);
+        let observed = observe::Observed::start(&req);
+        let answer = observed.in_span(|| tower::Service::call(&mut self.router, req));
+        Box::pin(async move {
+            let Ok(resp) = observed.instrument(answer).await;
+            Ok(observed.finish(resp))
+        })
+    }
 }

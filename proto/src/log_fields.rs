@@ -7,7 +7,7 @@
 //! object but appends recorded fields to its text; a field recorded twice appears twice, and
 //! the JSON formatter, which parses the object when it prints a line, keeps the last value.
 
-use std::fmt::{self, Write as _};
+use std::fmt;
 
 use tracing::field::{Field, Visit};
 use tracing_subscriber::field::RecordFields;
@@ -21,9 +21,9 @@ pub struct AppendJsonFields;
 
 impl<'writer> FormatFields<'writer> for AppendJsonFields {
     fn format_fields<R: RecordFields>(&self, mut writer: Writer<'writer>, fields: R) -> fmt::Result {
-        let mut members = Members::default();
-        fields.record(&mut members);
-        write!(writer, "{{{}}}", members.text)
+        writer.write_char('{')?;
+        fields.record(&mut Members { text: &mut writer, empty: true });
+        writer.write_char('}')
     }
 
     fn add_fields(
@@ -31,47 +31,46 @@ impl<'writer> FormatFields<'writer> for AppendJsonFields {
         current: &'writer mut FormattedFields<Self>,
         fields: &tracing::span::Record<'_>,
     ) -> fmt::Result {
-        let mut members = Members::default();
-        fields.record(&mut members);
-        if members.text.is_empty() {
+        if fields.is_empty() {
             return Ok(());
         }
+        // The members are written into the object in place, before its closing brace.
         let object = &mut current.fields;
         if object.ends_with('}') {
             object.pop();
-            if object.len() > 1 {
-                object.push(',');
-            }
         } else {
             object.clear();
             object.push('{');
         }
-        object.push_str(&members.text);
+        let empty = object.len() == 1;
+        fields.record(&mut Members { text: object, empty });
         object.push('}');
         Ok(())
     }
 }
 
-/// `"name":value` pairs separated by commas, without the braces.
-#[derive(Default)]
-struct Members {
-    text: String,
+/// `"name":value` pairs separated by commas, appended to `text` (an object's members so far,
+/// without its closing brace; `empty` while it has none).
+struct Members<'a, W: fmt::Write> {
+    text: &'a mut W,
+    empty: bool,
 }
 
-impl Members {
+impl<W: fmt::Write> Members<'_, W> {
     fn key(&mut self, field: &Field) {
-        if !self.text.is_empty() {
-            self.text.push(',');
+        if !self.empty {
+            let _ = self.text.write_char(',');
         }
-        push_json_string(&mut self.text, field.name());
-        self.text.push(':');
+        self.empty = false;
+        push_json_string(self.text, field.name());
+        let _ = self.text.write_char(':');
     }
 }
 
-impl Visit for Members {
+impl<W: fmt::Write> Visit for Members<'_, W> {
     fn record_str(&mut self, field: &Field, value: &str) {
         self.key(field);
-        push_json_string(&mut self.text, value);
+        push_json_string(self.text, value);
     }
 
     fn record_i64(&mut self, field: &Field, value: i64) {
@@ -99,39 +98,38 @@ impl Visit for Members {
         if value.is_finite() {
             let _ = write!(self.text, "{value}");
         } else {
-            self.text.push_str("null");
+            let _ = self.text.write_str("null");
         }
     }
 
     fn record_bool(&mut self, field: &Field, value: bool) {
         self.key(field);
-        self.text.push_str(if value { "true" } else { "false" });
+        let _ = self.text.write_str(if value { "true" } else { "false" });
     }
 
     fn record_error(&mut self, field: &Field, value: &(dyn std::error::Error + 'static)) {
         self.key(field);
-        push_json_string(&mut self.text, &value.to_string());
+        push_json_string(self.text, &value.to_string());
     }
 
     fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
         self.key(field);
-        push_json_string(&mut self.text, &format!("{value:?}"));
+        push_json_string(self.text, &format!("{value:?}"));
     }
 }
 
-fn push_json_string(out: &mut String, value: &str) {
+fn push_json_string(out: &mut impl fmt::Write, value: &str) {
     // Most values (names, methods, ids) need no escape: they are copied between quotes
     // without a string of their own.
     if !value.bytes().any(|b| b < 0x20 || b == b'"' || b == b'\\') {
-        out.reserve(value.len() + 2);
-        out.push('"');
-        out.push_str(value);
-        out.push('"');
+        let _ = out.write_char('"');
+        let _ = out.write_str(value);
+        let _ = out.write_char('"');
         return;
     }
     // serde_json escapes exactly as JSON requires; writing to a String cannot fail.
     if let Ok(quoted) = serde_json::to_string(value) {
-        out.push_str(&quoted);
+        let _ = out.write_str(&quoted);
     }
 }
 

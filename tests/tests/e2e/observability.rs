@@ -327,3 +327,59 @@ async fn log_lines_carry_trace_and_request_ids() {
     assert_eq!(v["span"]["request_id"], "req-e2e-42", "{line}");
     assert!(!gw.log_text().contains("secret-bearer-value"));
 }
+
+/// `gateway_http_in_flight_requests` counts a request from its arrival to its answer, and a
+/// request whose client went away before the answer leaves it too.
+#[tokio::test]
+async fn a_request_abandoned_by_its_client_leaves_the_requests_in_flight() {
+    use tokio::io::AsyncWriteExt as _;
+    // An upstream that takes connections and never answers: the tool's call waits.
+    let upstream = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = upstream.local_addr().expect("addr");
+    let held = tokio::spawn(async move {
+        let mut open = Vec::new();
+        while let Ok((stream, _)) = upstream.accept().await {
+            open.push(stream);
+        }
+    });
+    let defs = format!(
+        "server: {{ name: waits }}\nallow_private_networks: true\ntools:\n  - name: waits\n    http: {{ url: \"http://{addr}/never\", timeout_ms: 60000 }}\n"
+    );
+    let served = e2e::Served::definitions(&defs, &[]).await;
+    let metrics = format!("{}/metrics", served.gateway.url());
+    let in_flight = || async {
+        let text = e2e::http().get(&metrics).send().await.expect("GET /metrics").text().await.expect("text");
+        let line = text.lines().find(|l| l.starts_with("gateway_http_in_flight_requests ")).map(str::to_owned);
+        line.and_then(|l| l.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok())).expect("the gauge")
+    };
+    // The scrape itself is in flight while it is answered.
+    assert_eq!(in_flight().await, 1.0);
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "waits", "arguments": {},
+        "_meta": {"io.modelcontextprotocol/protocolVersion": MODERN, "io.modelcontextprotocol/clientCapabilities": {}}}})
+    .to_string();
+    let head = format!(
+        "POST /mcp HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nAccept: application/json\r\nMcp-Protocol-Version: {MODERN}\r\nMcp-Method: tools/call\r\nMcp-Name: waits\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    let mut waiting = tokio::net::TcpStream::connect(served.gateway.addr()).await.expect("connect");
+    waiting.write_all(head.as_bytes()).await.expect("write");
+    let mut seen = 0.0;
+    for _ in 0..100 {
+        seen = in_flight().await;
+        if seen == 2.0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(seen, 2.0, "the call waiting for its tool is in flight");
+    drop(waiting);
+    for _ in 0..100 {
+        seen = in_flight().await;
+        if seen == 1.0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(seen, 1.0, "the abandoned call is no longer in flight");
+    held.abort();
+}
