@@ -2,11 +2,11 @@
 //! gateway relays them so that clients find the authorisation server on the MCP origin.
 //!
 //! A request's body is read whole before it is relayed (OAuth's requests are small forms and
-//! JSON documents: above [`MAX_BODY_BYTES`] the gateway answers 413 itself). oauth-service may
-//! answer a request it refuses before reading its body; a body still being sent then met a
-//! closed connection, and the client got 503 instead of the service's answer. A whole body
-//! also lets the relay send a request again, once, when the pooled connection it went out on
-//! turned out closed before any answer came (the service had closed it as the request left).
+//! JSON documents: above [`MAX_BODY_BYTES`] the gateway answers 413 itself), and sent with its
+//! length in one piece. A request that changes nothing (`GET`, `HEAD`: the metadata, the keys,
+//! the sign-in page) is sent again, once, when the connection closed before its answer came;
+//! a `POST` never is, since oauth-service may have acted on it (a code or a refresh token sent
+//! twice counts as a replay and revokes the grant).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -22,7 +22,8 @@ use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 
-use crate::app::Gateway;
+use crate::app::{BodyError, Gateway, read_whole};
+use mcp_proto::outbound::error_chain;
 
 /// The largest request body relayed to oauth-service.
 pub const MAX_BODY_BYTES: usize = 1024 * 1024;
@@ -47,23 +48,23 @@ impl OAuthProxy {
         Ok(Self { client: Client::builder(TokioExecutor::new()).build(connector), base })
     }
 
-    /// Send `parts` with `body` to oauth-service; once more when the connection closed before
-    /// any answer (the request cannot have been answered: the client has seen nothing).
+    /// Send `parts` with `body` to oauth-service; a request that changes nothing once more
+    /// when the connection closed before its answer came.
     async fn send(
         &self,
         parts: &http::request::Parts,
         body: &Bytes,
     ) -> Result<http::Response<hyper::body::Incoming>, hyper_util::client::legacy::Error> {
         let request = || {
+            // HTTP/1.1 to oauth-service whatever the client spoke (this client speaks no other).
             let mut req = http::Request::new(Full::new(body.clone()));
             *req.method_mut() = parts.method.clone();
             *req.uri_mut() = parts.uri.clone();
-            *req.version_mut() = parts.version;
             *req.headers_mut() = parts.headers.clone();
             req
         };
         match self.client.request(request()).await {
-            Err(e) if closed_before_answer(&e) => {
+            Err(e) if parts.method.is_safe() && closed_before_answer(&e) => {
                 tracing::debug!(error = %error_chain(&e), "oauth-service closed the connection before answering; sending again");
                 self.client.request(request()).await
             }
@@ -72,22 +73,12 @@ impl OAuthProxy {
     }
 }
 
-/// The connection closed before an answer began: what a pooled connection the other side
-/// closed as idle gives.
+/// The connection closed before the answer came (hyper-util already sends again by itself a
+/// request it never wrote to a reused connection).
 fn closed_before_answer(e: &hyper_util::client::legacy::Error) -> bool {
     std::iter::successors(Some(e as &dyn std::error::Error), |e| e.source())
         .filter_map(|e| e.downcast_ref::<hyper::Error>())
-        .any(|e| e.is_incomplete_message() || e.is_canceled())
-}
-
-/// An error with its sources, `: `-separated (hyper-util's own message is only its kind).
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    for source in std::iter::successors(e.source(), |e| e.source()) {
-        text.push_str(": ");
-        text.push_str(&source.to_string());
-    }
-    text
+        .any(hyper::Error::is_incomplete_message)
 }
 
 /// Headers that describe one hop, not the message.
@@ -120,6 +111,7 @@ pub async fn proxy(
     }
     // The body is sent whole with its length (whatever framing the client used).
     parts.headers.remove(header::CONTENT_LENGTH);
+    parts.headers.remove(header::EXPECT);
     // The client's address, for oauth-service's per-client limits: the peer (or, behind a
     // trusted proxy, the address it forwarded: see `client_addr`) replaces whatever the
     // client claimed.
@@ -150,25 +142,17 @@ pub async fn proxy(
     }
 }
 
-/// The request's body, whole: 413 above [`MAX_BODY_BYTES`] (before reading when its length
-/// says so), 400 when it broke off, 408 when it did not arrive within `timeout`.
+/// The request's body, whole, or the OAuth error that refuses it (see [`read_whole`]).
 async fn read_body(body: Body, timeout: Duration) -> Result<Bytes, Response> {
-    if http_body::Body::size_hint(&body).lower() > MAX_BODY_BYTES as u64 {
-        return Err(too_large());
-    }
-    match tokio::time::timeout(timeout, axum::body::to_bytes(body, MAX_BODY_BYTES)).await {
-        Ok(Ok(bytes)) => Ok(bytes),
-        Ok(Err(e)) => {
-            let limit = std::iter::successors(Some(&e as &dyn std::error::Error), |e| e.source())
-                .any(|e| e.is::<http_body_util::LengthLimitError>());
-            Err(if limit { too_large() } else { refusal(StatusCode::BAD_REQUEST, "the request body broke off") })
-        }
-        Err(_) => Err(refusal(StatusCode::REQUEST_TIMEOUT, "the request body did not arrive in time")),
-    }
+    read_whole(body, timeout, MAX_BODY_BYTES).await.map_err(|e| match e {
+        BodyError::TooLarge => too_large(),
+        BodyError::BrokeOff => refusal(StatusCode::BAD_REQUEST, "the request body broke off"),
+        BodyError::Timeout => refusal(StatusCode::REQUEST_TIMEOUT, "the request body did not arrive in time"),
+    })
 }
 
 fn too_large() -> Response {
-    refusal(StatusCode::PAYLOAD_TOO_LARGE, "the request body is larger than 1 MiB")
+    refusal(StatusCode::PAYLOAD_TOO_LARGE, &format!("the request body is larger than {MAX_BODY_BYTES} bytes"))
 }
 
 /// An OAuth error document (RFC 6749 §5.2's shape) for a request the gateway refuses itself.
@@ -268,6 +252,32 @@ mod tests {
         let e = proxy.send(&get(&base), &Bytes::new()).await.expect_err("never answered");
         assert!(closed_before_answer(&e), "{}", error_chain(&e));
         assert_eq!(connections.load(std::sync::atomic::Ordering::SeqCst), 2);
+    }
+
+    #[tokio::test]
+    async fn a_post_is_never_sent_twice() {
+        // oauth-service may have acted on it: the error is the answer (503 for the client).
+        let (base, connections) = one_answer_per_connection().await;
+        let proxy = OAuthProxy::new(&base).expect("proxy");
+        let mut post = get(&base);
+        post.method = http::Method::POST;
+        let answer = proxy.send(&post, &Bytes::from_static(b"grant_type=x")).await.expect("answered");
+        assert_eq!(answer.status(), 200);
+        let _ = http_body_util::BodyExt::collect(answer.into_body()).await;
+        let e = proxy.send(&post, &Bytes::from_static(b"grant_type=x")).await.expect_err("not answered");
+        assert!(closed_before_answer(&e), "{}", error_chain(&e));
+        assert_eq!(connections.load(std::sync::atomic::Ordering::SeqCst), 1, "not sent again");
+    }
+
+    #[tokio::test]
+    async fn bodies_that_break_off_or_do_not_come_are_refused() {
+        let broken =
+            futures_util::stream::iter([Ok(Bytes::from_static(b"grant")), Err(std::io::Error::other("reset"))]);
+        let refused = read_body(Body::from_stream(broken), Duration::from_secs(5)).await;
+        assert_eq!(refused.expect_err("broke off").status(), StatusCode::BAD_REQUEST);
+        let never = futures_util::stream::pending::<Result<Bytes, std::io::Error>>();
+        let refused = read_body(Body::from_stream(never), Duration::from_millis(50)).await;
+        assert_eq!(refused.expect_err("never came").status(), StatusCode::REQUEST_TIMEOUT);
     }
 
     #[tokio::test]

@@ -206,7 +206,41 @@ fn router(state: Arc<AppState>) -> Router {
         .route("/metrics", get(metrics_text))
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(ready))
+        .layer(axum::middleware::from_fn(whole_body))
         .with_state(state)
+}
+
+/// The largest request body taken (the gateway relays no more either).
+pub const MAX_BODY_BYTES: usize = 1024 * 1024;
+
+/// Every request's body is read whole before its route sees it. A route that refuses a request
+/// before reading its body (a content type it does not take, a rate limit) left the rest of it
+/// unread on the connection, and hyper then closed the connection with data unread: a reset,
+/// which could cost the answer or the gateway's next request on that connection.
+async fn whole_body(req: axum::extract::Request, next: axum::middleware::Next) -> axum::response::Response {
+    use axum::response::IntoResponse as _;
+    let (parts, body) = req.into_parts();
+    let too_large =
+        || (StatusCode::PAYLOAD_TOO_LARGE, format!("the request body is larger than {MAX_BODY_BYTES} bytes"));
+    // A length announced over the limit is refused before any of it is read.
+    let (status, description) = if axum::body::HttpBody::size_hint(&body).lower() > MAX_BODY_BYTES as u64 {
+        too_large()
+    } else {
+        match axum::body::to_bytes(body, MAX_BODY_BYTES).await {
+            Ok(bytes) => {
+                return next.run(axum::extract::Request::from_parts(parts, axum::body::Body::from(bytes))).await;
+            }
+            Err(e)
+                if std::iter::successors(Some(&e as &dyn std::error::Error), |e| e.source())
+                    .any(|e| e.is::<http_body_util::LengthLimitError>()) =>
+            {
+                too_large()
+            }
+            Err(_) => (StatusCode::BAD_REQUEST, "the request body broke off".to_owned()),
+        }
+    };
+    let body = serde_json::json!({ "error": "invalid_request", "error_description": description });
+    (status, [("cache-control", "no-store")], axum::Json(body)).into_response()
 }
 
 async fn metrics_text() -> impl axum::response::IntoResponse {

@@ -586,3 +586,69 @@ async fn revoke_then_401_with_introspection() {
     // The gateway's own introspection secret never reaches the logs.
     assert!(!stack.gateway().log_text().to_lowercase().contains("client_secret"));
 }
+
+/// oauth-service reads every request's body whole, so a request it refuses before looking at
+/// its body (a content type it does not take) leaves its keep-alive connection usable: the
+/// next request on the same connection is answered. Above 1 MiB: 413 with an OAuth error.
+#[tokio::test]
+async fn oauth_service_keeps_a_connection_after_a_refused_body() {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let data = tempfile::tempdir().expect("tempdir");
+    let env = [("OAUTH_REGISTRATION_PER_MINUTE", "100000")];
+    let data_dir = data.path().to_str().expect("utf-8 path");
+    let oauth = Proc::start_with_env(
+        "oauth-service",
+        &["--listen", "127.0.0.1:0", "--data-dir", data_dir],
+        &env,
+        "oauth-service",
+    )
+    .await;
+    let mut conn = tokio::net::TcpStream::connect(oauth.addr()).await.expect("connect");
+    let refused = format!(
+        "POST /oauth/register HTTP/1.1\r\nHost: localhost\r\nContent-Type: text/plain\r\nContent-Length: 200000\r\n\r\n{}",
+        "x".repeat(200_000)
+    );
+    let metadata = json!({ "redirect_uris": [REDIRECT] }).to_string();
+    let valid = format!(
+        "POST /oauth/register HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{metadata}",
+        metadata.len()
+    );
+    // Read one answer (head and Content-Length body) off the connection.
+    async fn answer(conn: &mut tokio::net::TcpStream) -> String {
+        let mut seen = Vec::new();
+        let mut buf = [0u8; 8192];
+        loop {
+            let text = String::from_utf8_lossy(&seen).into_owned();
+            if let Some(end) = text.find("\r\n\r\n") {
+                let length = text[..end]
+                    .lines()
+                    .find_map(|l| l.to_ascii_lowercase().strip_prefix("content-length: ").map(str::to_owned))
+                    .and_then(|v| v.trim().parse::<usize>().ok())
+                    .unwrap_or(0);
+                if seen.len() >= end + 4 + length {
+                    return text;
+                }
+            }
+            let n = tokio::time::timeout(std::time::Duration::from_secs(10), conn.read(&mut buf))
+                .await
+                .expect("an answer in time")
+                .expect("read");
+            assert!(n > 0, "the connection closed after: {text}");
+            seen.extend_from_slice(&buf[..n]);
+        }
+    }
+    for round in 0..5 {
+        conn.write_all(refused.as_bytes()).await.expect("write");
+        let text = answer(&mut conn).await;
+        assert!(text.starts_with("HTTP/1.1 400") || text.starts_with("HTTP/1.1 415"), "round {round}: {text}");
+        conn.write_all(valid.as_bytes()).await.expect("write");
+        let text = answer(&mut conn).await;
+        assert!(text.starts_with("HTTP/1.1 201"), "round {round}: {text}");
+    }
+    let head = e2e::raw_exchange(
+        oauth.addr(),
+        "POST /oauth/token HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/x-www-form-urlencoded\r\nContent-Length: 2000000\r\n\r\n",
+    )
+    .await;
+    assert!(head.starts_with("HTTP/1.1 413") && head.contains("invalid_request"), "{head}");
+}

@@ -346,9 +346,9 @@ async fn a_request_abandoned_by_its_client_leaves_the_requests_in_flight() {
         "server: {{ name: waits }}\nallow_private_networks: true\ntools:\n  - name: waits\n    http: {{ url: \"http://{addr}/never\", timeout_ms: 60000 }}\n"
     );
     let served = e2e::Served::definitions(&defs, &[]).await;
-    let metrics = format!("{}/metrics", served.gateway.url());
+    let base = served.gateway.url();
     let in_flight = || async {
-        let text = e2e::http().get(&metrics).send().await.expect("GET /metrics").text().await.expect("text");
+        let text = e2e::metrics(&base).await;
         let line = text.lines().find(|l| l.starts_with("gateway_http_in_flight_requests ")).map(str::to_owned);
         line.and_then(|l| l.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok())).expect("the gauge")
     };
