@@ -191,10 +191,10 @@ mod tests {
         true
     }
 
-    /// A server that answers the first request on each connection and keeps it open, then
-    /// closes it when a second request arrives on it, without an answer (as a server does that
-    /// closed an idle connection as the request left).
-    async fn one_answer_per_connection() -> (String, Arc<std::sync::atomic::AtomicUsize>) {
+    /// A server that counts its connections and, on each, answers the first request and keeps
+    /// the connection open when `answer_first`, then closes it when the next request arrives,
+    /// without an answer (as a server does that closed an idle connection as the request left).
+    async fn closing_server(answer_first: bool) -> (String, Arc<std::sync::atomic::AtomicUsize>) {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = listener.local_addr().expect("addr");
         let connections = Arc::new(std::sync::atomic::AtomicUsize::new(0));
@@ -203,11 +203,11 @@ mod tests {
             while let Ok((mut stream, _)) = listener.accept().await {
                 count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                 tokio::spawn(async move {
-                    if read_head(&mut stream).await {
+                    if answer_first && read_head(&mut stream).await {
                         let answer = "HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
                         let _ = stream.write_all(answer.as_bytes()).await;
-                        let _ = read_head(&mut stream).await;
                     }
+                    let _ = read_head(&mut stream).await;
                 });
             }
         });
@@ -220,7 +220,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_request_on_a_connection_closed_before_answering_is_sent_again() {
-        let (base, connections) = one_answer_per_connection().await;
+        let (base, connections) = closing_server(true).await;
         let proxy = OAuthProxy::new(&base).expect("proxy");
         for n in 1..=3 {
             let answer = proxy.send(&get(&base), &Bytes::new()).await.expect("answered");
@@ -235,19 +235,7 @@ mod tests {
     #[tokio::test]
     async fn a_connection_that_closes_twice_is_unavailable_not_retried_forever() {
         // Every connection closes without an answer: one retry, then the error.
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-        let addr = listener.local_addr().expect("addr");
-        let connections = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-        let count = connections.clone();
-        tokio::spawn(async move {
-            while let Ok((mut stream, _)) = listener.accept().await {
-                count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-                tokio::spawn(async move {
-                    let _ = read_head(&mut stream).await;
-                });
-            }
-        });
-        let base = format!("http://{addr}");
+        let (base, connections) = closing_server(false).await;
         let proxy = OAuthProxy::new(&base).expect("proxy");
         let e = proxy.send(&get(&base), &Bytes::new()).await.expect_err("never answered");
         assert!(closed_before_answer(&e), "{}", error_chain(&e));
@@ -257,7 +245,7 @@ mod tests {
     #[tokio::test]
     async fn a_post_is_never_sent_twice() {
         // oauth-service may have acted on it: the error is the answer (503 for the client).
-        let (base, connections) = one_answer_per_connection().await;
+        let (base, connections) = closing_server(true).await;
         let proxy = OAuthProxy::new(&base).expect("proxy");
         let mut post = get(&base);
         post.method = http::Method::POST;

@@ -464,6 +464,23 @@ pub async fn raw_exchange(addr: SocketAddr, request: &str) -> String {
     String::from_utf8_lossy(&buf[..n]).into_owned()
 }
 
+/// Send `head` (a request's head announcing a chunked body) and then `chunks` chunks of `size`
+/// bytes, stopping when the server no longer reads them, and give the start of its answer.
+pub async fn chunked_exchange(addr: SocketAddr, head: &str, size: usize, chunks: usize) -> String {
+    use tokio::io::AsyncReadExt as _;
+    let mut stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    stream.write_all(head.as_bytes()).await.expect("write");
+    let chunk = format!("{size:x}\r\n{}\r\n", "x".repeat(size));
+    for _ in 0..chunks {
+        if stream.write_all(chunk.as_bytes()).await.is_err() {
+            break;
+        }
+    }
+    let mut buf = vec![0u8; 4096];
+    let n = tokio::time::timeout(REPLY_TIMEOUT, stream.read(&mut buf)).await.expect("an answer in time").expect("read");
+    String::from_utf8_lossy(&buf[..n]).into_owned()
+}
+
 /// An SSE response read message by message as it arrives (a POST reply stream, a GET stream
 /// or a `subscriptions/listen` stream).
 pub struct EventStream {

@@ -141,22 +141,10 @@ async fn slow_and_oversize_bodies_are_cut_off() {
     assert!(text.starts_with("HTTP/1.1 408"), "{text}");
     assert!(started.elapsed() < std::time::Duration::from_secs(5));
 
-    let mut chunked = tokio::net::TcpStream::connect(addr).await.expect("connect");
     let head = format!(
         "POST /mcp HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nAccept: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
     );
-    chunked.write_all(head.as_bytes()).await.expect("write");
-    let chunk = format!("{:x}\r\n{}\r\n", 800, "x".repeat(800));
-    for _ in 0..3 {
-        if chunked.write_all(chunk.as_bytes()).await.is_err() {
-            break;
-        }
-    }
-    let n = tokio::time::timeout(std::time::Duration::from_secs(10), chunked.read(&mut answer))
-        .await
-        .expect("answered")
-        .expect("read");
-    let text = String::from_utf8_lossy(&answer[..n]);
+    let text = e2e::chunked_exchange(addr, &head, 800, 3).await;
     assert!(text.starts_with("HTTP/1.1 413"), "{text}");
 
     // Still serving.

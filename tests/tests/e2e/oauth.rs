@@ -488,7 +488,6 @@ async fn hostile_requests(env: &[(&str, &str)]) {
 /// answered.
 #[tokio::test]
 async fn oauth_bodies_are_relayed_whole_or_refused_with_413() {
-    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
     let dir = tempfile::tempdir().expect("tempdir");
     let stack = secured(&dir, &[("OAUTH_REGISTRATION_PER_MINUTE", "100000")]).await;
     let base = stack.base.clone();
@@ -501,21 +500,8 @@ async fn oauth_bodies_are_relayed_whole_or_refused_with_413() {
     assert!(head.starts_with("HTTP/1.1 413"), "{head}");
     assert!(head.contains("\"error\":\"invalid_request\""), "an OAuth error document: {head}");
 
-    let mut chunked = tokio::net::TcpStream::connect(addr).await.expect("connect");
     let head = "POST /oauth/token HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/x-www-form-urlencoded\r\nTransfer-Encoding: chunked\r\n\r\n";
-    chunked.write_all(head.as_bytes()).await.expect("write");
-    let chunk = format!("{:x}\r\n{}\r\n", 64 * 1024, "a".repeat(64 * 1024));
-    for _ in 0..20 {
-        if chunked.write_all(chunk.as_bytes()).await.is_err() {
-            break;
-        }
-    }
-    let mut answer = vec![0u8; 4096];
-    let n = tokio::time::timeout(std::time::Duration::from_secs(10), chunked.read(&mut answer))
-        .await
-        .expect("answered")
-        .expect("read");
-    let text = String::from_utf8_lossy(&answer[..n]);
+    let text = e2e::chunked_exchange(addr, head, 64 * 1024, 20).await;
     assert!(text.starts_with("HTTP/1.1 413"), "{text}");
 
     let http = e2e::http();
