@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::body::Bytes;
+use mcp_proto::body::{BodyError, read_whole};
 use std::net::SocketAddr;
 
 use axum::extract::{ConnectInfo, Request, State};
@@ -384,7 +385,7 @@ fn payload_too_large() -> Response {
 
 /// The whole body, within the size limit (413) and the time limit (408).
 async fn read_body(body: axum::body::Body, timeout: Duration, limit: usize) -> Result<Bytes, Response> {
-    read_whole(body, timeout, limit).await.map_err(|e| match e {
+    read_whole(body, limit, Some(timeout)).await.map_err(|e| match e {
         BodyError::TooLarge => payload_too_large(),
         BodyError::BrokeOff => {
             rpc_error(StatusCode::BAD_REQUEST, None, ErrorCode::INVALID_REQUEST, "The request body broke off")
@@ -396,33 +397,6 @@ async fn read_body(body: axum::body::Body, timeout: Duration, limit: usize) -> R
             "Request timeout: the body did not arrive in time",
         ),
     })
-}
-
-/// Why a request's body was not read whole.
-pub(crate) enum BodyError {
-    /// Longer than the limit (announced or as it arrived).
-    TooLarge,
-    /// The client's body ended in error (the connection broke, bad chunked framing).
-    BrokeOff,
-    /// It did not arrive within the time allowed.
-    Timeout,
-}
-
-/// A request's body, whole, within `limit` bytes and `timeout`; a length announced over the
-/// limit is refused before any of it is read.
-pub(crate) async fn read_whole(body: axum::body::Body, timeout: Duration, limit: usize) -> Result<Bytes, BodyError> {
-    if axum::body::HttpBody::size_hint(&body).lower() > limit as u64 {
-        return Err(BodyError::TooLarge);
-    }
-    match tokio::time::timeout(timeout, axum::body::to_bytes(body, limit)).await {
-        Ok(Ok(bytes)) => Ok(bytes),
-        Ok(Err(e)) => {
-            let too_large = std::iter::successors(Some(&e as &dyn std::error::Error), |e| e.source())
-                .any(|e| e.is::<http_body_util::LengthLimitError>());
-            Err(if too_large { BodyError::TooLarge } else { BodyError::BrokeOff })
-        }
-        Err(_) => Err(BodyError::Timeout),
-    }
 }
 
 /// `Mcp-Param-{Name}` headers, by lower-case name without the prefix.

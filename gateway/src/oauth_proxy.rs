@@ -22,11 +22,12 @@ use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 
-use crate::app::{BodyError, Gateway, read_whole};
+use crate::app::Gateway;
+use mcp_proto::body::{BodyError, read_whole};
 use mcp_proto::outbound::error_chain;
 
-/// The largest request body relayed to oauth-service.
-pub const MAX_BODY_BYTES: usize = 1024 * 1024;
+/// The largest request body relayed: the most oauth-service takes.
+pub use oauth_service::MAX_BODY_BYTES;
 
 /// How long oauth-service has to answer.
 const ANSWER_TIMEOUT: Duration = Duration::from_secs(30);
@@ -144,7 +145,7 @@ pub async fn proxy(
 
 /// The request's body, whole, or the OAuth error that refuses it (see [`read_whole`]).
 async fn read_body(body: Body, timeout: Duration) -> Result<Bytes, Response> {
-    read_whole(body, timeout, MAX_BODY_BYTES).await.map_err(|e| match e {
+    read_whole(body, MAX_BODY_BYTES, Some(timeout)).await.map_err(|e| match e {
         BodyError::TooLarge => too_large(),
         BodyError::BrokeOff => refusal(StatusCode::BAD_REQUEST, "the request body broke off"),
         BodyError::Timeout => refusal(StatusCode::REQUEST_TIMEOUT, "the request body did not arrive in time"),

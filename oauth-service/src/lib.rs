@@ -219,24 +219,15 @@ pub const MAX_BODY_BYTES: usize = 1024 * 1024;
 /// which could cost the answer or the gateway's next request on that connection.
 async fn whole_body(req: axum::extract::Request, next: axum::middleware::Next) -> axum::response::Response {
     use axum::response::IntoResponse as _;
+    use mcp_proto::body::{BodyError, read_whole};
     let (parts, body) = req.into_parts();
-    let too_large =
-        || (StatusCode::PAYLOAD_TOO_LARGE, format!("the request body is larger than {MAX_BODY_BYTES} bytes"));
-    // A length announced over the limit is refused before any of it is read.
-    let (status, description) = if axum::body::HttpBody::size_hint(&body).lower() > MAX_BODY_BYTES as u64 {
-        too_large()
-    } else {
-        match axum::body::to_bytes(body, MAX_BODY_BYTES).await {
-            Ok(bytes) => {
-                return next.run(axum::extract::Request::from_parts(parts, axum::body::Body::from(bytes))).await;
-            }
-            Err(e)
-                if std::iter::successors(Some(&e as &dyn std::error::Error), |e| e.source())
-                    .any(|e| e.is::<http_body_util::LengthLimitError>()) =>
-            {
-                too_large()
-            }
-            Err(_) => (StatusCode::BAD_REQUEST, "the request body broke off".to_owned()),
+    let (status, description) = match read_whole(body, MAX_BODY_BYTES, None).await {
+        Ok(bytes) => return next.run(axum::extract::Request::from_parts(parts, axum::body::Body::from(bytes))).await,
+        Err(BodyError::TooLarge) => {
+            (StatusCode::PAYLOAD_TOO_LARGE, format!("the request body is larger than {MAX_BODY_BYTES} bytes"))
+        }
+        Err(BodyError::BrokeOff | BodyError::Timeout) => {
+            (StatusCode::BAD_REQUEST, "the request body broke off".to_owned())
         }
     };
     let body = serde_json::json!({ "error": "invalid_request", "error_description": description });

@@ -7,6 +7,7 @@
 //! - [`envelope`]: a borrowing parse of a JSON-RPC body and its era classification,
 //!   shared by the HTTP edge and the stdio transport.
 //! - [`jsonrpc`]: reply and notification builders around a raw id.
+//! - [`body`]: request bodies read whole within a limit and a time (gateway, oauth-service).
 //! - [`runtime`]: logging, configuration loading and shutdown signals shared by the binaries.
 //! - [`transport`]: one type for a gRPC connection over the network or in process.
 //! - [`balance`]: targets of one or several replicas, and calls spread over them.
@@ -16,6 +17,7 @@
 //! - [`header_codec`]: the `=?base64?…?=` sentinel used by `Mcp-Name` and `Mcp-Param-*`.
 
 pub mod balance;
+pub mod body;
 pub mod call;
 pub mod envelope;
 pub mod header_codec;

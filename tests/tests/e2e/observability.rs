@@ -352,6 +352,21 @@ async fn a_request_abandoned_by_its_client_leaves_the_requests_in_flight() {
         let line = text.lines().find(|l| l.starts_with("gateway_http_in_flight_requests ")).map(str::to_owned);
         line.and_then(|l| l.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok())).expect("the gauge")
     };
+    // The gauge once it reads `want`, or what it read last after about 2 s.
+    let settled = |want: f64| {
+        let in_flight = &in_flight;
+        async move {
+            let mut seen = in_flight().await;
+            for _ in 0..100 {
+                if seen == want {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                seen = in_flight().await;
+            }
+            seen
+        }
+    };
     // The scrape itself is in flight while it is answered.
     assert_eq!(in_flight().await, 1.0);
     let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "waits", "arguments": {},
@@ -363,23 +378,8 @@ async fn a_request_abandoned_by_its_client_leaves_the_requests_in_flight() {
     );
     let mut waiting = tokio::net::TcpStream::connect(served.gateway.addr()).await.expect("connect");
     waiting.write_all(head.as_bytes()).await.expect("write");
-    let mut seen = 0.0;
-    for _ in 0..100 {
-        seen = in_flight().await;
-        if seen == 2.0 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    assert_eq!(seen, 2.0, "the call waiting for its tool is in flight");
+    assert_eq!(settled(2.0).await, 2.0, "the call waiting for its tool is in flight");
     drop(waiting);
-    for _ in 0..100 {
-        seen = in_flight().await;
-        if seen == 1.0 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    assert_eq!(seen, 1.0, "the abandoned call is no longer in flight");
+    assert_eq!(settled(1.0).await, 1.0, "the abandoned call is no longer in flight");
     held.abort();
 }
