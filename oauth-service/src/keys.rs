@@ -2,7 +2,7 @@
 //! public halves, so resource servers verify tokens locally.
 //!
 //! Keys are PEM files in the data directory: `signing-key-<unix seconds>.pem` (and a plain
-//! `signing-key.pem`, the oldest). The newest signs. `oauth-service keys rotate` writes a new one;
+//! `signing-key.pem`, the oldest: the first key, which the service writes when it finds none). The newest signs. `oauth-service keys rotate` writes a new one;
 //! a key that has been superseded stays published for the access-token lifetime (plus a
 //! margin), so tokens it signed keep verifying, and is deleted by a later rotation. Replicas
 //! sharing the directory (a mounted Secret) agree: the key id is derived from the public key,
@@ -51,7 +51,9 @@ impl Keys {
             return Ok(Self { dir: None, token_ttl, set: RwLock::new(vec![key]) });
         };
         if read_dir(dir)?.is_empty() {
-            match create(dir, crate::secrets::now()) {
+            // The first key's name does not depend on the clock: replicas starting together
+            // across a second's boundary would otherwise each write a first key of their own.
+            match create(dir, 0) {
                 Ok(_) => {}
                 // Another replica starting at the same moment made the first key: it is used.
                 Err(Exists) => tracing::info!("another replica created the first signing key"),
@@ -201,7 +203,10 @@ fn create(dir: &Path, created: i64) -> Result<String, CreateError> {
     std::fs::create_dir_all(dir).map_err(|e| failed(dir, e))?;
     let key = generate();
     let pem = key.to_pkcs8_pem(LineEnding::LF).map_err(|e| Failed(e.to_string()))?;
-    let path = dir.join(format!("{PREFIX}-{created}.pem"));
+    let path = match created {
+        0 => dir.join(format!("{PREFIX}.pem")),
+        _ => dir.join(format!("{PREFIX}-{created}.pem")),
+    };
     // Not a key file's name (`read_dir` skips it); unique to this attempt.
     let mut nonce = [0u8; 8];
     rand::fill(&mut nonce);
@@ -291,7 +296,9 @@ mod tests {
             let kids = at_once(4, || Keys::load_or_create(Some(dir.path()), 3600).expect("started").current_kid());
             assert!(kids.iter().all(|k| *k == kids[0]), "{kids:?}");
             let names: Vec<_> = std::fs::read_dir(dir.path()).expect("dir").flatten().map(|e| e.file_name()).collect();
-            assert_eq!(names.len(), 1, "one key file and nothing left behind: {names:?}");
+            // Named apart from the clock: replicas starting on either side of a second's
+            // boundary write the same name, and only one of them links it.
+            assert_eq!(names, ["signing-key.pem"], "one key file and nothing left behind");
         }
     }
 
