@@ -45,6 +45,17 @@ pub struct Gateway {
     pub draining: AtomicBool,
     /// Modern results anyone may be given, reused for their `ttlMs`.
     pub cache: crate::cache::ResultCache,
+    /// Where a legacy session's liveness is known without a hop (standalone: mcp-service in
+    /// this process); then lists asked in live sessions are reused too.
+    pub sessions: Option<Arc<dyn LegacySessions>>,
+}
+
+/// Knows, without a hop, whether a legacy session is live and which revision it negotiated:
+/// what mcp-service would find for a request of it (sealed by it, not expired, not ended).
+/// Only a component that learns of a session's end before that end is answered may say so
+/// (mcp-service in the same process); the answer counts as the session's use.
+pub trait LegacySessions: Send + Sync {
+    fn live_revision(&self, session_id: &str) -> Option<&'static str>;
 }
 
 pub const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
@@ -280,9 +291,18 @@ async fn mcp_post(
             }
             if env.kind == envelope::Kind::Request && accepts.json {
                 let (method, params) = (env.method.as_ref(), env.params.map(|p| p.get()));
+                let version = header_version.as_deref();
                 cache_key = match era {
-                    Era::Modern => gw.cache.key(method, header_version.as_deref(), params),
-                    Era::Legacy => gw.cache.legacy_key(method, header_version.as_deref(), params),
+                    Era::Modern => gw.cache.key(method, version, params),
+                    // A list asked in a session known here to be live: its page is its
+                    // revision's (a session that is not is left for mcp-service to refuse).
+                    Era::Legacy if gw.cache.session_list(method) => gw
+                        .sessions
+                        .as_deref()
+                        .zip(headers.get(mcp_proto::vocab::header::SESSION_ID).and_then(|v| v.to_str().ok()))
+                        .and_then(|(sessions, id)| sessions.live_revision(id))
+                        .map(|revision| gw.cache.session_list_key(method, revision, version, params)),
+                    Era::Legacy => gw.cache.legacy_key(method, version, params),
                 };
             }
             (era, id, mcp_proto::vocab::method_label(env.method.as_ref()))

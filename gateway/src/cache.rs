@@ -1,5 +1,10 @@
 //! Modern results anyone may be given, answered again without a hop.
 //!
+//! So are the legacy lists asked in a session, where the gateway can tell without a hop that the
+//! session is live ([`crate::app::LegacySessions`]: standalone): mcp-service marks such a page as
+//! it marks a public modern result, and the key carries the session's negotiated revision (the
+//! page's shape) instead of anything of the session itself.
+//!
 //! mcp-service marks a 2026-07-28 reply as reusable when its result is `cacheScope: public`
 //! with a `ttlMs` above zero, and names the catalog it was made from. The gateway keeps such a
 //! result for its `ttlMs`, keyed by everything the answer depends on (method, the
@@ -194,13 +199,32 @@ impl ResultCache {
         if self.budget == 0 || !CACHEABLE.contains(&method) {
             return None;
         }
-        Some(make_key(None, method, header_version, params))
+        Some(make_key(&[], method, header_version, params))
     }
 
     /// The key of a legacy request whose answer may be confirmed by name: a `resources/read`.
     /// Each is still checked by mcp-service (its session included) and the registry.
     pub fn legacy_key(&self, method: &str, header_version: Option<&str>, params: Option<&str>) -> Option<Box<[u8]>> {
-        (self.budget > 0 && method == "resources/read").then(|| make_key(Some(LEGACY), method, header_version, params))
+        (self.budget > 0 && method == "resources/read").then(|| make_key(&[&[LEGACY]], method, header_version, params))
+    }
+
+    /// Whether `method` is a legacy list that a live session's request may be answered from
+    /// (see [`ResultCache::session_list_key`]).
+    pub fn session_list(&self, method: &str) -> bool {
+        self.budget > 0 && SESSION_LISTS.contains(&method)
+    }
+
+    /// The key of a legacy list asked in a session known to be live, which negotiated
+    /// `revision`: the page is the same for every session of that revision (mcp-service marks
+    /// it reusable when it does not depend on the caller either).
+    pub fn session_list_key(
+        &self,
+        method: &str,
+        revision: &str,
+        header_version: Option<&str>,
+        params: Option<&str>,
+    ) -> Box<[u8]> {
+        make_key(&[&[LEGACY_SESSION], revision.as_bytes(), &[0]], method, header_version, params)
     }
     /// The result kept for `key` from the current catalog, if any is of use.
     pub fn held(&self, key: &[u8]) -> Option<Held> {
@@ -334,12 +358,21 @@ impl ResultCache {
 
 /// What a legacy request's key starts with (a modern key starts with its method's name).
 const LEGACY: u8 = 1;
+/// What the key of a legacy session's list starts with; the session's revision follows.
+const LEGACY_SESSION: u8 = 2;
 
-/// The method, the `MCP-Protocol-Version` header and `params` byte for byte, after `era`.
-fn make_key(era: Option<u8>, method: &str, header_version: Option<&str>, params: Option<&str>) -> Box<[u8]> {
+/// The legacy lists whose pages depend only on the session's revision, the catalog and the
+/// request's `params`.
+const SESSION_LISTS: [&str; 4] = ["tools/list", "resources/list", "resources/templates/list", "prompts/list"];
+
+/// The method, the `MCP-Protocol-Version` header and `params` byte for byte, after `prefix`.
+fn make_key(prefix: &[&[u8]], method: &str, header_version: Option<&str>, params: Option<&str>) -> Box<[u8]> {
     let (version, params) = (header_version.unwrap_or_default(), params.unwrap_or_default());
-    let mut key = Vec::with_capacity(method.len() + version.len() + params.len() + 3);
-    key.extend(era);
+    let prefix_len: usize = prefix.iter().map(|p| p.len()).sum();
+    let mut key = Vec::with_capacity(prefix_len + method.len() + version.len() + params.len() + 2);
+    for part in prefix {
+        key.extend_from_slice(part);
+    }
     key.extend_from_slice(method.as_bytes());
     key.push(0);
     key.extend_from_slice(version.as_bytes());

@@ -74,12 +74,19 @@ pub async fn serve(listener: TcpListener, config: Config, shutdown: Cancellation
     serve_with(listener, config, None, shutdown).await
 }
 
-/// [`serve`], calling mcp-service through `engine` when given (standalone mode: in process)
+/// mcp-service in this process (standalone mode): its gRPC service called in process, and its
+/// legacy sessions.
+pub struct Embedded {
+    pub channel: mcp_proto::transport::GrpcChannel,
+    pub sessions: Arc<dyn app::LegacySessions>,
+}
+
+/// [`serve`], calling mcp-service through `embedded` when given (standalone mode: in process)
 /// instead of the configured URL (still used for its health).
 pub async fn serve_with(
     listener: TcpListener,
     config: Config,
-    engine: Option<mcp_proto::transport::GrpcChannel>,
+    embedded: Option<Embedded>,
     shutdown: CancellationToken,
 ) -> Result<(), Error> {
     let addr = listener.local_addr().map_err(|source| Error::Bind { addr: config.listen, source })?;
@@ -119,7 +126,10 @@ pub async fn serve_with(
         }
         Some(auth)
     };
-    let mcp_channel = engine.unwrap_or_else(|| channel.clone());
+    let (mcp_channel, sessions) = match embedded {
+        Some(Embedded { channel, sessions }) => (channel, Some(sessions)),
+        None => (channel.clone(), None),
+    };
     let state = Arc::new(app::Gateway {
         auth,
         mcp: McpServiceClient::new(mcp_channel.clone()).max_decoding_message_size(mcp_proto::MAX_MESSAGE_BYTES),
@@ -133,6 +143,7 @@ pub async fn serve_with(
         max_body_bytes: config.max_body_bytes,
         draining: AtomicBool::new(false),
         cache: cache::ResultCache::new(config.result_cache_bytes),
+        sessions,
     });
     let follower = state.clone();
     let stop_following = shutdown.clone();

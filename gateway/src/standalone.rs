@@ -37,7 +37,12 @@ pub async fn run(mut config: Config, shutdown: CancellationToken) -> Result<(), 
     // Its gRPC server on loopback still answers the gateway's health checks and ends legacy
     // streams on shutdown; requests go to it in process.
     let (listener, mcp_addr) = loopback().await?;
-    tasks.spawn(component(mcp_service::serve(listener, engine, mcp_proto::trust::Require::new(None), inner.clone())));
+    tasks.spawn(component(mcp_service::serve(
+        listener,
+        engine.clone(),
+        mcp_proto::trust::Require::new(None),
+        inner.clone(),
+    )));
 
     let gateway_listener =
         TcpListener::bind(config.listen).await.map_err(|source| Error::Bind { addr: config.listen, source })?;
@@ -83,7 +88,8 @@ pub async fn run(mut config: Config, shutdown: CancellationToken) -> Result<(), 
 
     config.mcp_service = Some(format!("http://{mcp_addr}"));
     config.oauth_service = Some(format!("http://{oauth_addr}"));
-    let outcome = crate::serve_with(gateway_listener, config, Some(in_process), shutdown).await;
+    let embedded = crate::Embedded { channel: in_process, sessions: std::sync::Arc::new(EngineSessions(engine)) };
+    let outcome = crate::serve_with(gateway_listener, config, Some(embedded), shutdown).await;
 
     inner.cancel();
     while let Some(done) = tasks.join_next().await {
@@ -101,6 +107,16 @@ fn registry_service_client(
 }
 
 /// Standalone passes no command-line flags to the embedded components.
+/// The embedded mcp-service's legacy sessions: a session's end (its `DELETE`) is recorded
+/// there before it is answered, so the gateway never reuses a list for an ended session.
+struct EngineSessions(std::sync::Arc<mcp_service::Engine>);
+
+impl crate::app::LegacySessions for EngineSessions {
+    fn live_revision(&self, session_id: &str) -> Option<&'static str> {
+        self.0.live_session_revision(session_id)
+    }
+}
+
 #[derive(serde::Serialize)]
 struct NoFlags {}
 

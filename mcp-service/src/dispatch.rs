@@ -130,6 +130,14 @@ impl Engine {
         engine
     }
 
+    /// The revision a legacy HTTP session negotiated, if the id `token` names a live one: what
+    /// a request of it would find (sealed by this service, not expired, not ended), counted as
+    /// the session's use. For a gateway in this process, which may then answer a request of it
+    /// from what it keeps.
+    pub fn live_session_revision(&self, token: &str) -> Option<&'static str> {
+        self.sessions.resolve(token).ok().and_then(|s| s.revision())
+    }
+
     /// Handle one body (a message or a batch): interim frames, then exactly one final frame.
     pub async fn handle(&self, body: &[u8], ctx: &Context, sink: &Sink) {
         let era_hint = ctx.era.unwrap_or(Era::Legacy);
@@ -305,7 +313,20 @@ impl Engine {
             Request { era: Era::Legacy, revision: ctx.legacy_revision(), method, id: env.id_json(), params, ctx, sink };
         let catalog = self.catalog().await?;
         if let Some(page) = methods::legacy_list(&req, &catalog, self.settings.page_size) {
-            return Ok(Answer { result: Payload::Serialized(page?), session_id: None, cache: None });
+            // A session's page is the same for every session of its revision: a gateway that
+            // can tell, without a hop, that a session is live and which revision it negotiated
+            // (standalone's, in this process) may answer it again for the lists' lifetime.
+            let reusable = ctx.transport == Transport::StreamableHttp
+                && ctx.session.is_some()
+                && self.settings.list_ttl_ms > 0
+                && public_answer(ctx, &catalog, method);
+            let cache = reusable.then(|| mcp_proto::mcp::CacheHint {
+                ttl_ms: self.settings.list_ttl_ms,
+                catalog_fingerprint: catalog.fingerprint,
+                tag: String::new(),
+                unchanged: false,
+            });
+            return Ok(Answer { result: Payload::Serialized(page?), session_id: None, cache });
         }
         let result = self.invoke(&req, &catalog).await?;
         if let Some(cache) = cache_hint(&result, Era::Legacy, catalog.fingerprint, 0) {

@@ -212,18 +212,20 @@ impl Sessions {
             if nonce_value(&claims.n).is_some_and(|n| live.ended.contains_key(&n)) {
                 return Err(SessionError::Ended);
             }
-            live.sessions
-                .entry(claims.n.clone())
-                .or_insert_with(|| {
-                    Arc::new(Session {
+            match live.sessions.get(&claims.n) {
+                Some(session) => session.clone(),
+                None => {
+                    let session = Arc::new(Session {
                         key: claims.n.clone(),
                         negotiated: Mutex::new(Some(revision)),
-                        client_capabilities: Mutex::new(claims.c.clone()),
+                        client_capabilities: Mutex::new(claims.c),
                         expires: claims.e,
                         ..Session::default()
-                    })
-                })
-                .clone()
+                    });
+                    live.sessions.insert(claims.n, session.clone());
+                    session
+                }
+            }
         };
         session.last_used.store(t, Ordering::Relaxed);
         if session.ended.load(Ordering::SeqCst) {

@@ -258,7 +258,7 @@ async fn reads_are_confirmed_and_never_stale(gateway: &Proc, file: &std::path::P
     // result is held.
     let fifth = "fifth version\n".repeat(8 * 1024);
     write_aged(file, &fifth, std::time::Duration::from_secs(20));
-    let session = legacy_session(&client).await;
+    let session = legacy_session(&client, "2025-06-18").await;
     for (id, outcome) in [(8, [0, misses + 5, 3]), (9, [0, misses + 5, 4])] {
         let reply = legacy_read(&client, &session, id).await;
         assert_eq!(reply.status, 200, "{}", reply.text);
@@ -277,12 +277,13 @@ async fn reads_are_confirmed_and_never_stale(gateway: &Proc, file: &std::path::P
     assert_eq!(outcomes(gateway).await, [0, misses + 7, 4]);
 }
 
-/// A legacy (2025-06-18) session's id.
-async fn legacy_session(client: &e2e::Client) -> String {
+/// A legacy session's id, negotiated at `version`.
+async fn legacy_session(client: &e2e::Client, version: &str) -> String {
     let init = json!({"jsonrpc":"2.0","id":0,"method":"initialize","params":{
-        "protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"reader","version":"1"}}});
+        "protocolVersion":version,"capabilities":{},"clientInfo":{"name":"reader","version":"1"}}});
     let reply = client.post(&init, &[]).await;
     assert_eq!(reply.status, 200, "{}", reply.text);
+    assert_eq!(reply.result()["protocolVersion"], version);
     reply.headers.get("mcp-session-id").expect("a session id").to_str().expect("ASCII").to_owned()
 }
 
@@ -346,7 +347,7 @@ async fn reads_arriving_together_carry_the_contents_across_the_services_once() {
     assert_eq!(outcomes(gateway).await, [hits, misses + 1, confirmed + 11]);
 
     // Legacy reads are named apart: eight at once in one session, one carries the contents.
-    let session = legacy_session(&client).await;
+    let session = legacy_session(&client, "2025-06-18").await;
     let reads = futures_util::future::join_all((0..8).map(|id| legacy_read(&client, &session, id))).await;
     for (id, reply) in reads.iter().enumerate() {
         assert_eq!(reply.status, 200, "{}", reply.text);
@@ -414,4 +415,84 @@ async fn a_file_rewritten_with_its_old_length_and_time_is_not_confirmed() {
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
     assert_eq!(text, "version two");
+}
+
+const TITLED: &str =
+    "server: { name: cached, version: \"1.0.0\" }\ntools:\n  - { name: one, title: One, text: \"1\" }\n";
+
+/// `tools/list` as request `id` in legacy session `session` of revision `version`.
+async fn session_list(client: &e2e::Client, session: &str, version: &str, id: i64) -> e2e::Reply {
+    let body = json!({"jsonrpc":"2.0","id":id,"method":"tools/list"});
+    client.post(&body, &[("mcp-session-id", session), ("mcp-protocol-version", version)]).await
+}
+
+/// Legacy sessions' lists: each revision's own page, answered again by a gateway that knows
+/// without a hop whether a session is live (`reused`: standalone), never for an ended session,
+/// a forged one or from an older catalog.
+async fn legacy_lists(gateway: &Proc, defs: &std::path::Path, reused: bool) {
+    let client = e2e::Client::new(&format!("{}/mcp", gateway.url()));
+    until_results_are_kept(gateway, &client).await;
+    let newer = legacy_session(&client, "2025-06-18").await;
+    let older = legacy_session(&client, "2024-11-05").await;
+    let [hits, misses, confirmed] = outcomes(gateway).await;
+    let reuses = u64::from(reused);
+
+    let first = session_list(&client, &newer, "2025-06-18", 1).await;
+    assert_eq!(first.status, 200, "{}", first.text);
+    assert_eq!(first.result()["tools"][0]["title"], "One", "2025-06-18 lists titles");
+    let second = session_list(&client, &newer, "2025-06-18", 2).await;
+    assert_eq!((second.status, &second.json["id"]), (200, &json!(2)), "{}", second.text);
+    assert_eq!(second.result(), first.result());
+    assert_eq!(second.content_type(), "application/json");
+    // Another session of that revision is given the same page.
+    let other = legacy_session(&client, "2025-06-18").await;
+    assert_eq!(session_list(&client, &other, "2025-06-18", 3).await.result(), first.result());
+    // A session of an older revision has a page of its own, without the newer fields.
+    for id in [4, 5] {
+        let old = session_list(&client, &older, "2024-11-05", id).await;
+        assert_eq!(old.status, 200, "{}", old.text);
+        assert_eq!(old.result()["tools"][0]["name"], "one");
+        assert!(old.result()["tools"][0].get("title").is_none(), "{}", old.text);
+    }
+    assert_eq!(outcomes(gateway).await, [hits + 3 * reuses, misses + 2 * reuses, confirmed]);
+
+    // An ended session's list is refused, though its page is held.
+    let ended = e2e::http().delete(&client.url).header("mcp-session-id", &newer).send().await.expect("DELETE");
+    assert_eq!(ended.status(), 204);
+    let refused = session_list(&client, &newer, "2025-06-18", 6).await;
+    assert_eq!(refused.status, 404, "{}", refused.text);
+    assert!(refused.json.get("result").is_none());
+    // So is a forged one (the payload changed under its seal).
+    let forged = format!("{}{}", if other.starts_with('A') { 'B' } else { 'A' }, &other[1..]);
+    assert_eq!(session_list(&client, &forged, "2025-06-18", 7).await.status, 404);
+    assert_eq!(outcomes(gateway).await, [hits + 3 * reuses, misses + 2 * reuses, confirmed]);
+
+    // A new catalog: once a session hears of it, its list is the new one.
+    let headers = [("mcp-session-id", other.as_str()), ("mcp-protocol-version", "2025-06-18")];
+    let mut stream = client.get_stream(&headers).await;
+    assert_eq!(stream.status, 200);
+    std::fs::write(defs, format!("{TITLED}  - {{ name: two, text: \"2\" }}\n")).expect("write");
+    assert_eq!(stream.next().await["method"], "notifications/tools/list_changed");
+    let after = session_list(&client, &other, "2025-06-18", 8).await;
+    assert_eq!(names(after.result()), ["one", "two"]);
+    let again = session_list(&client, &other, "2025-06-18", 9).await;
+    assert_eq!(again.result(), after.result());
+    assert_eq!(outcomes(gateway).await, [hits + 4 * reuses, misses + 3 * reuses, confirmed]);
+}
+
+#[tokio::test]
+async fn lists_of_live_legacy_sessions_are_answered_again_in_one_process() {
+    let served = e2e::Served::definitions(TITLED, &[]).await;
+    legacy_lists(&served.gateway, &served.path(), true).await;
+}
+
+/// The gateway-edge cannot tell whether a session has ended on another replica: every legacy
+/// list crosses to mcp-service.
+#[tokio::test]
+async fn lists_of_legacy_sessions_cross_to_mcp_service_in_the_microservices() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let defs = dir.path().join("defs.yaml");
+    std::fs::write(&defs, TITLED).expect("write");
+    let stack = e2e::Stack::microservices_with(&["--definitions", defs.to_str().expect("utf-8")]).await;
+    legacy_lists(stack.gateway(), &defs, false).await;
 }
