@@ -146,7 +146,7 @@ pub fn contents_json(what: &str, value: &impl serde::Serialize) -> Result<Vec<u8
     match serde_json::to_writer(&mut out, value) {
         Ok(()) => Ok(out.0),
         Err(e) if e.is_io() => Err(format!(
-            "`{what}`: its contents are more than {} MiB as JSON, the most one answer may carry",
+            "`{what}`: more than {} MiB as JSON, the most one answer may carry",
             MAX_CONTENTS_JSON_BYTES / (1024 * 1024)
         )),
         Err(e) => Err(e.to_string()),

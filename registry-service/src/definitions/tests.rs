@@ -258,7 +258,7 @@ fn a_file_too_large_to_carry_is_refused_before_it_is_read() {
     assert_eq!(super::contents_json("u", &fits).map(|j| j.len()), Ok(most));
     let over = "a".repeat(most - 1);
     let refused = super::contents_json("u", &over).expect_err("one byte over");
-    assert!(refused.contains("`u`: its contents are more than 63 MiB"), "{refused}");
+    assert!(refused.contains("`u`: more than 63 MiB as JSON"), "{refused}");
     // Escapes count: 12 MiB of NUL characters are 72 MiB as JSON.
     assert!(super::contents_json("u", &"\0".repeat(12 * 1024 * 1024)).is_err());
 }
