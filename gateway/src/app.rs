@@ -52,10 +52,20 @@ pub struct Gateway {
 
 /// Knows, without a hop, whether a legacy session is live and which revision it negotiated:
 /// what mcp-service would find for a request of it (sealed by it, not expired, not ended).
-/// Only a component that learns of a session's end before that end is answered may say so
-/// (mcp-service in the same process); the answer counts as the session's use.
+/// Only a component that learns of a session's end before that end is answered may say so:
+/// mcp-service in the same process (standalone), or gateway-edge following every replica's
+/// session ends ([`crate::follow`]), which learns sessions from mcp-service's replies.
 pub trait LegacySessions: Send + Sync {
     fn live_revision(&self, session_id: &str) -> Option<&'static str>;
+
+    /// A mark taken before a request of a session this does not know crosses.
+    fn mark(&self) -> u64 {
+        0
+    }
+
+    /// mcp-service answered a list of session `session_id` as live, of `revision`, its id
+    /// expiring at `expires` (Unix seconds); `mark` was taken before the request crossed.
+    fn learn(&self, _session_id: &str, _revision: &str, _expires: u64, _mark: u64) {}
 }
 
 pub const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
@@ -264,6 +274,8 @@ async fn mcp_post(
         Err(r) => return refusal(r, None),
     };
     let mut cache_key = None;
+    // A legacy list of a session not known to be live: the mark to learn it by.
+    let mut learning = None;
     let (era, id, method) = match envelope::parse_body(&body) {
         Err(EnvelopeError::Parse(m)) => {
             return rpc_error(StatusCode::BAD_REQUEST, None, ErrorCode::PARSE_ERROR, &format!("Parse error: {m}"));
@@ -295,13 +307,28 @@ async fn mcp_post(
                 cache_key = match era {
                     Era::Modern => gw.cache.key(method, version, params),
                     // A list asked in a session known here to be live: its page is its
-                    // revision's (a session that is not is left for mcp-service to refuse).
-                    Era::Legacy if gw.cache.session_list(method) => gw
-                        .sessions
-                        .as_deref()
-                        .zip(headers.get(mcp_proto::vocab::header::SESSION_ID).and_then(|v| v.to_str().ok()))
-                        .and_then(|(sessions, id)| sessions.live_revision(id))
-                        .map(|revision| gw.cache.session_list_key(method, revision, version, params)),
+                    // revision's (a session that is not is left for mcp-service to refuse, or
+                    // to answer as live: then it is learnt).
+                    Era::Legacy if gw.cache.session_list(method) => {
+                        let session = gw
+                            .sessions
+                            .as_deref()
+                            .zip(headers.get(mcp_proto::vocab::header::SESSION_ID).and_then(|v| v.to_str().ok()));
+                        match session.map(|(sessions, id)| (sessions, sessions.live_revision(id))) {
+                            Some((_, Some(revision))) => {
+                                Some(gw.cache.session_list_key(method, revision, version, params))
+                            }
+                            Some((sessions, None)) => {
+                                learning = Some(Learning {
+                                    mark: sessions.mark(),
+                                    version: version.map(str::to_owned),
+                                    params: params.map(str::to_owned),
+                                });
+                                None
+                            }
+                            None => None,
+                        }
+                    }
                     Era::Legacy => gw.cache.legacy_key(method, version, params),
                 };
             }
@@ -353,8 +380,20 @@ async fn mcp_post(
         param_headers: param_headers(&headers),
         if_tag: named.as_ref().map(|(tag, _)| tag.clone()).unwrap_or_default(),
     };
+    let session_id = learning.as_ref().map(|_| request.session_id.clone());
     let mut resp = forward::forward(gw.mcp_channel.clone(), request, accepts, id.clone()).await;
     resp = gw.limits.hold_stream(stream, resp);
+    if let (Some(learning), Some(session_id), Some(sessions)) = (learning, session_id, &gw.sessions)
+        && let Some(reusable) = resp.extensions().get::<crate::cache::Reusable>()
+        && !reusable.session_revision.is_empty()
+    {
+        // mcp-service answered the session's list as live: the session is known from now on,
+        // and the page is kept as its revision's.
+        let revision = &reusable.session_revision;
+        sessions.learn(&session_id, revision, reusable.session_expires, learning.mark);
+        let (version, params) = (learning.version.as_deref(), learning.params.as_deref());
+        cache_key = Some(gw.cache.session_list_key(method, revision, version, params));
+    }
     if let (Some(key), Some(id)) = (cache_key, &id) {
         match (resp.extensions_mut().remove::<crate::cache::Reusable>(), named) {
             (Some(reusable), Some((tag, result))) if reusable.unchanged && reusable.tag == tag => {
@@ -390,6 +429,14 @@ async fn mcp_post(
     }
     resp.extensions_mut().insert(labels);
     resp
+}
+
+/// A legacy list of a session not known to be live, crossing to mcp-service: what its page is
+/// kept by if mcp-service answers it as live.
+struct Learning {
+    mark: u64,
+    version: Option<String>,
+    params: Option<String>,
 }
 
 /// The result cache's counter of hits or misses.

@@ -1,8 +1,9 @@
 //! Modern results anyone may be given, answered again without a hop.
 //!
-//! So are the legacy lists asked in a session, where the gateway can tell without a hop that the
-//! session is live ([`crate::app::LegacySessions`]: standalone): mcp-service marks such a page as
-//! it marks a public modern result, and the key carries the session's negotiated revision (the
+//! So are the legacy lists asked in a session the gateway knows without a hop to be live
+//! ([`crate::app::LegacySessions`]: standalone asks mcp-service in its process, gateway-edge
+//! follows every replica's session ends, [`crate::follow`]): mcp-service marks such a page as it
+//! marks a public modern result, and the key carries the session's negotiated revision (the
 //! page's shape) instead of anything of the session itself.
 //!
 //! mcp-service marks a 2026-07-28 reply as reusable when its result is `cacheScope: public`
@@ -57,6 +58,10 @@ pub struct Reusable {
     pub tag: String,
     /// The result named `tag` stands; `json` is empty.
     pub unchanged: bool,
+    /// A legacy session's list: the session's revision (empty otherwise) and when its id
+    /// expires (Unix seconds).
+    pub session_revision: String,
+    pub session_expires: u64,
     pub json: Bytes,
 }
 
@@ -452,6 +457,8 @@ mod tests {
             fingerprint,
             tag: String::new(),
             unchanged: false,
+            session_revision: String::new(),
+            session_expires: 0,
             json: Bytes::copy_from_slice(json.as_bytes()),
         }
     }

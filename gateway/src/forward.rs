@@ -58,6 +58,8 @@ fn final_response(frame: pb::McpFrame) -> Response {
                 fingerprint: hint.catalog_fingerprint,
                 tag: hint.tag,
                 unchanged: hint.unchanged,
+                session_revision: hint.session_revision,
+                session_expires: hint.session_expires,
                 json: frame.json,
             });
         }

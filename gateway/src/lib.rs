@@ -15,6 +15,7 @@
 //! - [`era`]: the HTTP era rule.
 //! - [`forward`]: the gRPC call and the mapping of frames to HTTP.
 //! - [`cache`]: modern results anyone may be given, reused without a hop.
+//! - [`follow`]: gateway-edge's knowledge of live legacy sessions, from every replica's ends.
 //! - [`oauth_proxy`]: relaying `/oauth/*` and the authorisation server metadata.
 //! - [`observe`]: a span and metrics per request; `/metrics`.
 //! - [`standalone`]: all four components in one process, gRPC calls made in process.
@@ -27,6 +28,7 @@ pub mod client_addr;
 pub mod config;
 pub mod entry;
 pub mod era;
+pub mod follow;
 pub mod forward;
 pub mod headers;
 pub mod limits;
@@ -96,8 +98,9 @@ pub async fn serve_with(
     let mcp_url = config.mcp_service.clone().ok_or_else(|| Error::Config("mcp_service: not set".into()))?;
     let oauth_url = config.oauth_service.clone().ok_or_else(|| Error::Config("oauth_service: not set".into()))?;
     let target = mcp_proto::balance::Target::parse(&mcp_url).map_err(|e| Error::Config(format!("mcp_service: {e}")))?;
-    let channel = mcp_proto::balance::connect("mcp-service", &target, mcp_proto::link::Settings::default())
-        .map_err(|e| Error::Config(format!("mcp_service: {e}")))?;
+    let (channel, replicas) =
+        mcp_proto::balance::connect_each("mcp-service", &target, mcp_proto::link::Settings::default())
+            .map_err(|e| Error::Config(format!("mcp_service: {e}")))?;
     let auth = if config.auth == "off" {
         None
     } else {
@@ -128,6 +131,12 @@ pub async fn serve_with(
     };
     let (mcp_channel, sessions) = match embedded {
         Some(Embedded { channel, sessions }) => (channel, Some(sessions)),
+        // Following every replica's session ends, to answer live sessions' lists.
+        None if config.result_cache_bytes > 0 => {
+            let follower = Arc::new(follow::SessionFollower::default());
+            tokio::spawn(follower.clone().follow(replicas, shutdown.clone()));
+            (channel.clone(), Some(follower as Arc<dyn app::LegacySessions>))
+        }
         None => (channel.clone(), None),
     };
     let state = Arc::new(app::Gateway {

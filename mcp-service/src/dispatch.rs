@@ -31,6 +31,8 @@ pub struct Engine {
     pub(crate) settings: Settings,
     pub(crate) sealer: Sealer,
     pub(crate) sessions: Sessions,
+    /// The gateways that follow the ends of this engine's sessions.
+    pub(crate) followers: crate::follow::Followers,
     pub(crate) pending: Pending,
     pub(crate) shutdown: CancellationToken,
 }
@@ -124,8 +126,16 @@ impl Engine {
         shutdown: CancellationToken,
     ) -> Arc<Self> {
         let sessions = Sessions::new(sealer.clone(), settings.session_ttl);
-        let engine =
-            Arc::new(Self { registry, catalog, settings, sealer, sessions, pending: Pending::default(), shutdown });
+        let engine = Arc::new(Self {
+            registry,
+            catalog,
+            settings,
+            sealer,
+            sessions,
+            followers: crate::follow::Followers::default(),
+            pending: Pending::default(),
+            shutdown,
+        });
         tokio::spawn(methods::subscriptions::notify_sessions(engine.clone()));
         engine
     }
@@ -314,18 +324,19 @@ impl Engine {
         let catalog = self.catalog().await?;
         if let Some(page) = methods::legacy_list(&req, &catalog, self.settings.page_size) {
             // A session's page is the same for every session of its revision: a gateway that
-            // can tell, without a hop, that a session is live and which revision it negotiated
-            // (standalone's, in this process) may answer it again for the lists' lifetime.
-            let reusable = ctx.transport == Transport::StreamableHttp
-                && ctx.session.is_some()
-                && self.settings.list_ttl_ms > 0
-                && public_answer(ctx, &catalog, method);
-            let cache = reusable.then(|| mcp_proto::mcp::CacheHint {
-                ttl_ms: self.settings.list_ttl_ms,
-                catalog_fingerprint: catalog.fingerprint,
-                tag: String::new(),
-                unchanged: false,
-            });
+            // can tell, without a hop, that a session is live (standalone's, in this process;
+            // gateway-edge, following every replica's session ends) may answer it again for the
+            // lists' lifetime.
+            let session = ctx.session.as_ref().filter(|_| ctx.transport == Transport::StreamableHttp);
+            let cache = session.filter(|_| self.settings.list_ttl_ms > 0 && public_answer(ctx, &catalog, method)).map(
+                |session| mcp_proto::mcp::CacheHint {
+                    ttl_ms: self.settings.list_ttl_ms,
+                    catalog_fingerprint: catalog.fingerprint,
+                    session_revision: req.revision.to_owned(),
+                    session_expires: session.expires(),
+                    ..Default::default()
+                },
+            );
             return Ok(Answer { result: Payload::Serialized(page?), session_id: None, cache });
         }
         let result = self.invoke(&req, &catalog).await?;
@@ -412,6 +423,7 @@ fn cache_hint(result: &Payload, era: Era, fingerprint: u64, read_ttl_ms: u64) ->
         catalog_fingerprint: fingerprint,
         tag: tag.to_owned(),
         unchanged,
+        ..Default::default()
     };
     let tag = result.tag().unwrap_or_default();
     match (result, era) {

@@ -11,6 +11,7 @@
 //! - [`shape`]: per-revision result shapes for legacy clients.
 //! - [`catalog`]: the in-memory catalog snapshot that follows the registry.
 //! - [`paging`]: opaque cursors.
+//! - [`session`]: legacy sessions; [`follow`]: the gateways that follow their ends.
 //! - [`error`]: protocol errors and their one mapping to JSON-RPC codes.
 //! - [`server`]: the gRPC service; [`grpc_server`]: its connections over the network;
 //!   [`stdio`]: the stdio transport.
@@ -22,6 +23,7 @@ pub mod context;
 pub mod dispatch;
 pub mod entry;
 pub mod error;
+pub mod follow;
 pub mod grpc_server;
 pub mod methods;
 pub mod paging;
@@ -182,6 +184,8 @@ pub async fn serve(
                 outbound.clear();
             }
         }
+        // So are the gateways' streams of session ends.
+        sessions.followers.close_all();
     })
     .await;
     tracing::info!(service = "mcp-service", "stopped");

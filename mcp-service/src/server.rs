@@ -138,7 +138,58 @@ impl McpService for McpGrpc {
         &self,
         request: Request<pb::EndSessionRequest>,
     ) -> Result<Response<pb::EndSessionResponse>, Status> {
-        let ended = self.engine.sessions.end(&request.into_inner().session_id);
+        let token = request.into_inner().session_id;
+        let ended = self.engine.sessions.end(&token);
+        if ended && let Some((_, seal)) = token.trim().rsplit_once('.') {
+            // Answered once no gateway may still answer the session's lists by itself.
+            self.engine.followers.ended(seal).await;
+        }
         Ok(Response::new(pb::EndSessionResponse { ended }))
+    }
+
+    type FollowSessionsStream = Pin<Box<dyn Stream<Item = Result<pb::SessionNews, Status>> + Send + 'static>>;
+
+    async fn follow_sessions(
+        &self,
+        _request: Request<pb::FollowSessionsRequest>,
+    ) -> Result<Response<Self::FollowSessionsStream>, Status> {
+        let (id, news) = self.engine.followers.join();
+        Ok(Response::new(Box::pin(Following { engine: self.engine.clone(), id, news: ReceiverStream::new(news) })))
+    }
+
+    async fn follower(
+        &self,
+        request: Request<pb::SessionFollowerMessage>,
+    ) -> Result<Response<pb::SessionFollowerAnswer>, Status> {
+        use pb::session_follower_message::Kind;
+        let message = request.into_inner();
+        let followers = &self.engine.followers;
+        let following = match message.kind {
+            Some(Kind::Ping(n)) => followers.ping(message.follower, n),
+            Some(Kind::Applied(seq)) => followers.applied(message.follower, seq),
+            None => return Err(Status::invalid_argument("a ping or the ends applied")),
+        };
+        Ok(Response::new(pb::SessionFollowerAnswer { following }))
+    }
+}
+
+/// A follower's stream of session news; the follower leaves when it is dropped.
+struct Following {
+    engine: Arc<Engine>,
+    id: u64,
+    news: ReceiverStream<pb::SessionNews>,
+}
+
+impl Stream for Following {
+    type Item = Result<pb::SessionNews, Status>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<Option<Self::Item>> {
+        self.news.poll_next_unpin(cx).map(|n| n.map(Ok))
+    }
+}
+
+impl Drop for Following {
+    fn drop(&mut self) {
+        self.engine.followers.leave(self.id);
     }
 }

@@ -52,6 +52,11 @@ impl Session {
         self.client_capabilities.lock().map(|c| c.clone()).unwrap_or(Value::Null)
     }
 
+    /// When its id expires (Unix seconds).
+    pub fn expires(&self) -> u64 {
+        self.expires
+    }
+
     pub fn log_level(&self) -> Option<String> {
         self.log_level.lock().ok().and_then(|l| l.clone())
     }

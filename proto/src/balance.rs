@@ -141,9 +141,63 @@ pub const MAX_FRAME_SIZE: u32 = 256 * 1024;
 /// Must be called inside a Tokio runtime (a `dns:///` target resolves in a task of its own,
 /// which ends when the channel and all its clones are gone).
 pub fn connect(component: &'static str, target: &Target, settings: Settings) -> Result<GrpcChannel, String> {
+    connect_each(component, target, settings).map(|(channel, _)| channel)
+}
+
+/// [`connect`], and the replicas of `target` one by one, as they come and go: for calls that
+/// must reach every replica (a feed each replica sends).
+pub fn connect_each(
+    component: &'static str,
+    target: &Target,
+    settings: Settings,
+) -> Result<(GrpcChannel, Replicas), String> {
     let link = move |url: &str| Link::new(url, settings).map_err(|e| format!("`{url}`: {e}"));
+    let (channel, members) = connect_pool(component, target, link)?;
+    Ok((channel, Replicas(members)))
+}
+
+/// Every replica of a target, each with a channel of its own (calls on it are not balanced,
+/// and not counted as the replica's load).
+#[derive(Clone)]
+pub struct Replicas(Members);
+
+#[derive(Clone)]
+enum Members {
+    /// One URL: its one connection.
+    Single(String, Link),
+    Pool(watch::Receiver<Vec<Arc<Member>>>),
+}
+
+impl Replicas {
+    /// The replicas listed now: a key naming each (its URL or address) and a channel to it.
+    pub fn current(&self) -> Vec<(String, GrpcChannel)> {
+        match &self.0 {
+            Members::Single(url, link) => vec![(url.clone(), crate::transport::network(link.clone()))],
+            Members::Pool(members) => {
+                members.borrow().iter().map(|m| (m.key.clone(), crate::transport::network(m.link.clone()))).collect()
+            }
+        }
+    }
+
+    /// Until the list changes; `false` once it never will (a fixed list, or the channel gone).
+    pub async fn changed(&mut self) -> bool {
+        match &mut self.0 {
+            Members::Single(..) => false,
+            Members::Pool(members) => members.changed().await.is_ok(),
+        }
+    }
+}
+
+fn connect_pool(
+    component: &'static str,
+    target: &Target,
+    link: impl Fn(&str) -> Result<Link, String> + Send + Clone + 'static,
+) -> Result<(GrpcChannel, Members), String> {
     match target {
-        Target::Single(url) => Ok(crate::transport::network(link(url)?)),
+        Target::Single(url) => {
+            let link = link(url)?;
+            Ok((crate::transport::network(link.clone()), Members::Single(url.clone(), link)))
+        }
         Target::List(urls) => {
             let mut members = Vec::with_capacity(urls.len());
             for url in urls {
@@ -160,7 +214,8 @@ pub fn connect(component: &'static str, target: &Target, settings: Settings) -> 
             pool.report(&members);
             // A fixed set: the sender may go; receivers keep the last value.
             drop(tx);
-            Ok(GrpcChannel::new(Balanced(pool)))
+            let members = Members::Pool(pool.members.clone());
+            Ok((GrpcChannel::new(Balanced(pool)), members))
         }
         Target::Dns { host, port } => {
             let (tx, rx) = watch::channel(Vec::new());
@@ -168,7 +223,8 @@ pub fn connect(component: &'static str, target: &Target, settings: Settings) -> 
             let weak = Arc::downgrade(&pool);
             let make = move |addr: SocketAddr| link(&format!("http://{addr}"));
             tokio::spawn(resolve(component, host.clone(), *port, tx, weak, make));
-            Ok(GrpcChannel::new(Balanced(pool)))
+            let members = Members::Pool(pool.members.clone());
+            Ok((GrpcChannel::new(Balanced(pool)), members))
         }
     }
 }

@@ -426,16 +426,38 @@ async fn session_list(client: &e2e::Client, session: &str, version: &str, id: i6
     client.post(&body, &[("mcp-session-id", session), ("mcp-protocol-version", version)]).await
 }
 
-/// Legacy sessions' lists: each revision's own page, answered again by a gateway that knows
-/// without a hop whether a session is live (`reused`: standalone), never for an ended session,
-/// a forged one or from an older catalog.
-async fn legacy_lists(gateway: &Proc, defs: &std::path::Path, reused: bool) {
+/// Until `gateway` answers a live legacy session's list without a hop (gateway-edge: once it
+/// follows every mcp-service replica's session ends).
+async fn until_session_lists_are_kept(gateway: &Proc, client: &e2e::Client) {
+    let session = legacy_session(client, "2025-06-18").await;
+    for id in 0..100 {
+        let before = hits(gateway).await;
+        assert_eq!(session_list(client, &session, "2025-06-18", id).await.status, 200);
+        if hits(gateway).await > before {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    panic!("the gateway never answered a session's list again");
+}
+
+/// How a gateway knows that a session is live: standalone asks mcp-service in its process;
+/// gateway-edge learns each session from mcp-service's answer to its first list.
+#[derive(PartialEq)]
+enum Knows {
+    InProcess,
+    Learns,
+}
+
+/// Legacy sessions' lists: each revision's own page, answered again without a hop, never for
+/// an ended session, a forged one or from an older catalog.
+async fn legacy_lists(gateway: &Proc, defs: &std::path::Path, knows: Knows) {
     let client = e2e::Client::new(&format!("{}/mcp", gateway.url()));
     until_results_are_kept(gateway, &client).await;
+    until_session_lists_are_kept(gateway, &client).await;
     let newer = legacy_session(&client, "2025-06-18").await;
     let older = legacy_session(&client, "2024-11-05").await;
     let [hits, misses, confirmed] = outcomes(gateway).await;
-    let reuses = u64::from(reused);
 
     let first = session_list(&client, &newer, "2025-06-18", 1).await;
     assert_eq!(first.status, 200, "{}", first.text);
@@ -444,7 +466,8 @@ async fn legacy_lists(gateway: &Proc, defs: &std::path::Path, reused: bool) {
     assert_eq!((second.status, &second.json["id"]), (200, &json!(2)), "{}", second.text);
     assert_eq!(second.result(), first.result());
     assert_eq!(second.content_type(), "application/json");
-    // Another session of that revision is given the same page.
+    // Another session of that revision is given the same page (gateway-edge asks mcp-service
+    // once whether it is live).
     let other = legacy_session(&client, "2025-06-18").await;
     assert_eq!(session_list(&client, &other, "2025-06-18", 3).await.result(), first.result());
     // A session of an older revision has a page of its own, without the newer fields.
@@ -454,7 +477,13 @@ async fn legacy_lists(gateway: &Proc, defs: &std::path::Path, reused: bool) {
         assert_eq!(old.result()["tools"][0]["name"], "one");
         assert!(old.result()["tools"][0].get("title").is_none(), "{}", old.text);
     }
-    assert_eq!(outcomes(gateway).await, [hits + 3 * reuses, misses + 2 * reuses, confirmed]);
+    // The 2025-06-18 page was kept while waiting: standalone answers every list but the first
+    // of 2024-11-05 without a hop; gateway-edge also asks mcp-service about each new session.
+    let counted = match knows {
+        Knows::InProcess => [hits + 4, misses + 1, confirmed],
+        Knows::Learns => [hits + 2, misses + 3, confirmed],
+    };
+    assert_eq!(outcomes(gateway).await, counted);
 
     // An ended session's list is refused, though its page is held.
     let ended = e2e::http().delete(&client.url).header("mcp-session-id", &newer).send().await.expect("DELETE");
@@ -465,34 +494,126 @@ async fn legacy_lists(gateway: &Proc, defs: &std::path::Path, reused: bool) {
     // So is a forged one (the payload changed under its seal).
     let forged = format!("{}{}", if other.starts_with('A') { 'B' } else { 'A' }, &other[1..]);
     assert_eq!(session_list(&client, &forged, "2025-06-18", 7).await.status, 404);
-    assert_eq!(outcomes(gateway).await, [hits + 3 * reuses, misses + 2 * reuses, confirmed]);
+    assert_eq!(outcomes(gateway).await, counted);
 
-    // A new catalog: once a session hears of it, its list is the new one.
+    // A new catalog: once the gateway follows it, a session's list is the new one.
     let headers = [("mcp-session-id", other.as_str()), ("mcp-protocol-version", "2025-06-18")];
     let mut stream = client.get_stream(&headers).await;
     assert_eq!(stream.status, 200);
     std::fs::write(defs, format!("{TITLED}  - {{ name: two, text: \"2\" }}\n")).expect("write");
     assert_eq!(stream.next().await["method"], "notifications/tools/list_changed");
-    let after = session_list(&client, &other, "2025-06-18", 8).await;
+    let mut after = session_list(&client, &other, "2025-06-18", 8).await;
+    for id in 9..100 {
+        if names(after.result()).len() == 2 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        after = session_list(&client, &other, "2025-06-18", id).await;
+    }
     assert_eq!(names(after.result()), ["one", "two"]);
-    let again = session_list(&client, &other, "2025-06-18", 9).await;
+    let again = session_list(&client, &other, "2025-06-18", 100).await;
     assert_eq!(again.result(), after.result());
-    assert_eq!(outcomes(gateway).await, [hits + 4 * reuses, misses + 3 * reuses, confirmed]);
 }
 
 #[tokio::test]
 async fn lists_of_live_legacy_sessions_are_answered_again_in_one_process() {
     let served = e2e::Served::definitions(TITLED, &[]).await;
-    legacy_lists(&served.gateway, &served.path(), true).await;
+    legacy_lists(&served.gateway, &served.path(), Knows::InProcess).await;
 }
 
-/// The gateway-edge cannot tell whether a session has ended on another replica: every legacy
-/// list crosses to mcp-service.
 #[tokio::test]
-async fn lists_of_legacy_sessions_cross_to_mcp_service_in_the_microservices() {
+async fn lists_of_live_legacy_sessions_are_answered_again_by_gateway_edge() {
     let dir = tempfile::tempdir().expect("tempdir");
     let defs = dir.path().join("defs.yaml");
     std::fs::write(&defs, TITLED).expect("write");
     let stack = e2e::Stack::microservices_with(&["--definitions", defs.to_str().expect("utf-8")]).await;
-    legacy_lists(stack.gateway(), &defs, false).await;
+    legacy_lists(stack.gateway(), &defs, Knows::Learns).await;
+}
+
+/// registry-service serving `TITLED`, `engines` mcp-service replicas sharing a state secret,
+/// and `gateways` gateway-edges in front of all of them: the processes (kept alive), the
+/// definitions' directory and a client per gateway.
+async fn replicated(engines: usize, gateways: usize) -> (Vec<Proc>, tempfile::TempDir, Vec<e2e::Client>) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let defs = dir.path().join("defs.yaml");
+    std::fs::write(&defs, TITLED).expect("write");
+    let defs = defs.to_str().expect("utf-8").to_owned();
+    let registry =
+        Proc::start("registry-service", &["--listen", "127.0.0.1:0", "--definitions", &defs], "registry-service").await;
+    let secret = [("MCP_SERVICE_STATE_SECRET", "replicas-share-this-secret-0123456789")];
+    let mut engine_urls = Vec::new();
+    let mut procs = vec![registry];
+    for _ in 0..engines {
+        let args = ["--listen", "127.0.0.1:0", "--registry", &procs[0].url()];
+        let engine = Proc::start_with_env("mcp-service-remote", &args, &secret, "mcp-service").await;
+        engine_urls.push(engine.url());
+        procs.push(engine);
+    }
+    let oauth = Proc::start("oauth-service", &["--listen", "127.0.0.1:0"], "oauth-service").await;
+    let target = engine_urls.join(",");
+    let mut clients = Vec::new();
+    for _ in 0..gateways {
+        let args = ["--listen", "127.0.0.1:0", "--mcp-service", &target, "--oauth-service", &oauth.url()];
+        let gateway = Proc::start("gateway-edge", &args, "gateway").await;
+        let client = e2e::Client::new(&format!("{}/mcp", gateway.url()));
+        until_session_lists_are_kept(&gateway, &client).await;
+        clients.push(client);
+        procs.push(gateway);
+    }
+    procs.push(oauth);
+    (procs, dir, clients)
+}
+
+/// Every gateway answers a session's lists without a hop, and a session ended through one is
+/// refused at once by every other: each mcp-service replica answers a `DELETE` only once each
+/// gateway following it has applied the end.
+#[tokio::test]
+async fn a_session_ended_through_one_gateway_is_refused_at_once_by_every_other() {
+    let (procs, _dir, clients) = replicated(2, 2).await;
+    let second_gateway = &procs[4];
+    for n in 0..6 {
+        let session = legacy_session(&clients[n % 2], "2025-06-18").await;
+        for client in &clients {
+            assert_eq!(session_list(client, &session, "2025-06-18", 1).await.status, 200);
+        }
+        let before = hits(second_gateway).await;
+        let listed = session_list(&clients[1], &session, "2025-06-18", 2).await;
+        assert_eq!(listed.result()["tools"][0]["name"], "one", "{}", listed.text);
+        assert_eq!(hits(second_gateway).await, before + 1, "session {n}: answered without a hop");
+        let through = &clients[(n + 1) % 2];
+        let ended = e2e::http().delete(&through.url).header("mcp-session-id", &session).send().await.expect("DELETE");
+        assert_eq!(ended.status(), 204);
+        for client in &clients {
+            let refused = session_list(client, &session, "2025-06-18", 3).await;
+            assert_eq!(refused.status, 404, "session {n}: {}", refused.text);
+        }
+    }
+}
+
+/// A gateway that stops reading (here: stopped) holds a `DELETE` back by a lease at most, and
+/// once it goes on it does not answer the ended session's lists.
+#[tokio::test]
+async fn a_stalled_gateway_holds_an_end_back_by_a_lease_at_most() {
+    let (procs, _dir, clients) = replicated(1, 2).await;
+    let stalled = &procs[3];
+    let session = legacy_session(&clients[0], "2025-06-18").await;
+    for id in [1, 2] {
+        assert_eq!(session_list(&clients[1], &session, "2025-06-18", id).await.status, 200);
+    }
+    let pid = stalled.child.id().expect("running").to_string();
+    let signal = |name: &str| {
+        let status = std::process::Command::new("kill").args([name, &pid]).status().expect("kill");
+        assert!(status.success());
+    };
+    signal("-STOP");
+    let started = std::time::Instant::now();
+    let ended = e2e::http().delete(&clients[0].url).header("mcp-session-id", &session).send().await;
+    let waited = started.elapsed();
+    signal("-CONT");
+    assert_eq!(ended.expect("DELETE answered").status(), 204);
+    assert!(waited >= std::time::Duration::from_secs(2), "the stalled gateway's lease was waited out: {waited:?}");
+    for client in &clients {
+        let refused = session_list(client, &session, "2025-06-18", 3).await;
+        assert_eq!(refused.status, 404, "{}", refused.text);
+    }
 }
