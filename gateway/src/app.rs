@@ -58,14 +58,15 @@ pub struct Gateway {
 pub trait LegacySessions: Send + Sync {
     fn live_revision(&self, session_id: &str) -> Option<&'static str>;
 
-    /// A mark taken before a request of a session this does not know crosses.
-    fn mark(&self) -> u64 {
-        0
+    /// A mark taken before a request of a session this does not know crosses (`None`: what
+    /// crosses now is not to be learnt).
+    fn mark(&self) -> Option<u64> {
+        None
     }
 
     /// mcp-service answered a list of session `session_id` as live, of `revision`, its id
     /// expiring at `expires` (Unix seconds); `mark` was taken before the request crossed.
-    fn learn(&self, _session_id: &str, _revision: &str, _expires: u64, _mark: u64) {}
+    fn learn(&self, _session_id: &str, _revision: &str, _expires: u64, _mark: Option<u64>) {}
 }
 
 pub const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
@@ -434,7 +435,7 @@ async fn mcp_post(
 /// A legacy list of a session not known to be live, crossing to mcp-service: what its page is
 /// kept by if mcp-service answers it as live.
 struct Learning {
-    mark: u64,
+    mark: Option<u64>,
     version: Option<String>,
     params: Option<String>,
 }

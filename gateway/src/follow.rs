@@ -31,17 +31,28 @@ const MOST_KNOWN: usize = 50_000;
 
 /// What the gateway knows of legacy sessions, and the leases it holds.
 pub struct SessionFollower {
-    /// Per replica listed: until when its lease runs (`None`: not following it yet).
-    leases: Mutex<HashMap<String, Option<Instant>>>,
+    /// Per replica listed: the generation of its stream and until when its lease runs (`None`:
+    /// not followed yet).
+    leases: Mutex<HashMap<String, Lease>>,
     /// The earliest lease of all, or `None` while any replica is not followed.
     trusted_until: RwLock<Option<Instant>>,
     /// Live sessions by their id's seal.
     known: RwLock<HashMap<Box<str>, Known>>,
-    /// Ends applied and knowledge dropped so far: a reply that crossed while this changed
-    /// teaches nothing (the session may have ended meanwhile).
+    /// Ends applied, streams started or lost, knowledge dropped so far: a reply that crossed
+    /// while this changed teaches nothing (the session may have ended meanwhile).
     forgotten: AtomicU64,
     /// Keyed at random per process: the whole id is compared by this hash.
     hasher: std::hash::RandomState,
+    /// The replicas as the balanced channel lists them (set by [`SessionFollower::follow`]):
+    /// a session is learnt only while every one of them is followed.
+    replicas: Mutex<Option<Replicas>>,
+    next_generation: AtomicU64,
+}
+
+#[derive(Clone, Copy)]
+struct Lease {
+    generation: u64,
+    until: Option<Instant>,
 }
 
 struct Known {
@@ -51,6 +62,10 @@ struct Known {
     /// Unix seconds.
     expires: u64,
 }
+
+/// A session is taken for expired this long before its id says (the gateway's clock and
+/// mcp-service's may differ a little).
+const EXPIRY_MARGIN_SECS: u64 = 5;
 
 fn seal(session_id: &str) -> Option<&str> {
     session_id.trim().rsplit_once('.').map(|(_, seal)| seal).filter(|s| !s.is_empty())
@@ -68,6 +83,8 @@ impl Default for SessionFollower {
             known: RwLock::default(),
             forgotten: AtomicU64::new(0),
             hasher: std::hash::RandomState::new(),
+            replicas: Mutex::new(None),
+            next_generation: AtomicU64::new(1),
         }
     }
 }
@@ -78,18 +95,21 @@ impl SessionFollower {
     }
 
     /// Recompute the earliest lease (under the leases' lock).
-    fn settle(&self, leases: &HashMap<String, Option<Instant>>) {
+    fn settle(&self, leases: &HashMap<String, Lease>) {
         let earliest = if leases.is_empty() {
             None
         } else {
-            leases.values().try_fold(None::<Instant>, |min, l| l.map(|l| Some(min.map_or(l, |m| m.min(l))))).flatten()
+            leases
+                .values()
+                .try_fold(None::<Instant>, |min, l| l.until.map(|l| Some(min.map_or(l, |m| m.min(l)))))
+                .flatten()
         };
         if let Ok(mut t) = self.trusted_until.write() {
             *t = earliest;
         }
     }
 
-    /// Forget every session (a replica's stream broke, or a replica came).
+    /// Forget every session.
     fn forget_all(&self) {
         self.forgotten.fetch_add(1, Ordering::AcqRel);
         if let Ok(mut known) = self.known.write() {
@@ -97,42 +117,60 @@ impl SessionFollower {
         }
     }
 
-    /// The replicas listed now; a new one is not trusted until followed, and makes the gateway
-    /// forget (it may have ended sessions before this gateway heard of it).
-    fn listed(&self, keys: &[String]) {
-        let Ok(mut leases) = self.leases.lock() else { return };
+    /// The replicas listed now; each new one is given a generation (returned, for its stream),
+    /// is not trusted until followed, and makes the gateway forget (it may have ended sessions
+    /// before this gateway heard of it); so does one that goes (its ends are no longer heard,
+    /// while gateways that still list it may send it a `DELETE`).
+    fn listed(&self, keys: &[String]) -> HashMap<String, u64> {
+        let mut new = HashMap::new();
+        let Ok(mut leases) = self.leases.lock() else { return new };
+        let before = leases.len();
         leases.retain(|k, _| keys.contains(k));
-        let mut came = false;
+        let went = leases.len() != before;
         for key in keys {
             leases.entry(key.clone()).or_insert_with(|| {
-                came = true;
-                None
+                let generation = self.next_generation.fetch_add(1, Ordering::Relaxed);
+                new.insert(key.clone(), generation);
+                Lease { generation, until: None }
             });
         }
-        if came {
+        if went || !new.is_empty() {
             self.forget_all();
         }
         self.settle(&leases);
+        new
     }
 
-    /// Replica `key`'s lease runs until `until`.
-    fn leased(&self, key: &str, until: Instant) {
+    /// Replica `key`'s stream of `generation` joined: what was learnt before it is not trusted.
+    fn joined(&self, key: &str, generation: u64) -> bool {
+        let current = self.leases.lock().is_ok_and(|l| l.get(key).is_some_and(|l| l.generation == generation));
+        if current {
+            self.forget_all();
+        }
+        current
+    }
+
+    /// Replica `key`'s lease (its stream of `generation`) runs until `until`.
+    fn leased(&self, key: &str, generation: u64, until: Instant) {
         let Ok(mut leases) = self.leases.lock() else { return };
-        if let Some(lease) = leases.get_mut(key) {
-            *lease = Some(lease.map_or(until, |l| l.max(until)));
+        if let Some(lease) = leases.get_mut(key).filter(|l| l.generation == generation) {
+            lease.until = Some(lease.until.map_or(until, |l| l.max(until)));
         }
         self.settle(&leases);
     }
 
-    /// Replica `key`'s stream ended: nothing it might have ended meanwhile is known.
-    fn lost(&self, key: &str) {
-        if let Ok(mut leases) = self.leases.lock() {
-            if let Some(lease) = leases.get_mut(key) {
-                *lease = None;
-            }
+    /// Replica `key`'s stream of `generation` ended: nothing it might have ended meanwhile is
+    /// known; the next stream has a new generation.
+    fn lost(&self, key: &str, generation: u64) -> Option<u64> {
+        let next = self.leases.lock().ok().and_then(|mut leases| {
+            let lease = leases.get_mut(key).filter(|l| l.generation == generation)?;
+            let next = self.next_generation.fetch_add(1, Ordering::Relaxed);
+            *lease = Lease { generation: next, until: None };
             self.settle(&leases);
-        }
+            Some(next)
+        });
         self.forget_all();
+        next
     }
 
     /// The session sealed `seal` ended.
@@ -152,21 +190,25 @@ impl SessionFollower {
         let seal = seal(session_id)?;
         let known = self.known.read().ok()?;
         let session = known.get(seal)?;
-        (session.id_hash == self.hasher.hash_one(session_id.trim()) && session.expires > unix_now())
+        (session.id_hash == self.hasher.hash_one(session_id.trim())
+            && session.expires > unix_now() + EXPIRY_MARGIN_SECS)
             .then_some(session.revision)
     }
 
-    /// A mark taken before a session's request crosses, for [`SessionFollower::learn`].
-    pub fn mark(&self) -> u64 {
-        self.forgotten.load(Ordering::Acquire)
+    /// A mark taken before a session's request crosses, for [`SessionFollower::learn`]; `None`
+    /// while nothing is trusted (what crosses then is not learnt).
+    pub fn mark(&self) -> Option<u64> {
+        let mark = self.forgotten.load(Ordering::Acquire);
+        self.trusted().then_some(mark)
     }
 
     /// mcp-service answered a list of session `session_id` as live, of `revision`, its id
     /// expiring at `expires`; `mark` was taken before the request crossed.
-    pub fn learn(&self, session_id: &str, revision: &str, expires: u64, mark: u64) {
+    pub fn learn(&self, session_id: &str, revision: &str, expires: u64, mark: Option<u64>) {
+        let Some(mark) = mark else { return };
         let Some(revision) = mcp_proto::vocab::LEGACY_REVISIONS.into_iter().find(|r| *r == revision) else { return };
         let Some(seal) = seal(session_id) else { return };
-        if !self.trusted() {
+        if !self.trusted() || !self.follows_every_replica() {
             return;
         }
         let id_hash = self.hasher.hash_one(session_id.trim());
@@ -182,13 +224,26 @@ impl SessionFollower {
         known.insert(seal.into(), Known { id_hash, revision, expires });
     }
 
+    /// Whether every replica the balanced channel lists now is one this follows (a replica it
+    /// has just listed may have answered before the follower heard of it).
+    fn follows_every_replica(&self) -> bool {
+        let Ok(replicas) = self.replicas.lock() else { return false };
+        let Some(replicas) = replicas.as_ref() else { return true };
+        let Ok(leases) = self.leases.lock() else { return false };
+        let keys = replicas.keys();
+        keys.len() == leases.len() && keys.iter().all(|k| leases.contains_key(k))
+    }
+
     /// Follow every replica in `replicas` until `shutdown`.
     pub async fn follow(self: Arc<Self>, mut replicas: Replicas, shutdown: CancellationToken) {
+        if let Ok(mut listed) = self.replicas.lock() {
+            *listed = Some(replicas.clone());
+        }
         let mut running: HashMap<String, CancellationToken> = HashMap::new();
         loop {
             let current = replicas.current();
             let keys: Vec<String> = current.iter().map(|(k, _)| k.clone()).collect();
-            self.listed(&keys);
+            let new = self.listed(&keys);
             running.retain(|key, stop| {
                 let kept = keys.contains(key);
                 if !kept {
@@ -197,12 +252,13 @@ impl SessionFollower {
                 kept
             });
             for (key, channel) in current {
-                if running.contains_key(&key) {
-                    continue;
+                let Some(&generation) = new.get(&key) else { continue };
+                if let Some(old) = running.remove(&key) {
+                    old.cancel();
                 }
                 let stop = shutdown.child_token();
                 running.insert(key.clone(), stop.clone());
-                tokio::spawn(self.clone().follow_one(key, channel, stop));
+                tokio::spawn(self.clone().follow_one(key, generation, channel, stop));
             }
             tokio::select! {
                 () = shutdown.cancelled() => return,
@@ -215,21 +271,39 @@ impl SessionFollower {
     }
 
     /// Follow one replica, reconnecting with a growing pause, until `stop`.
-    async fn follow_one(self: Arc<Self>, key: String, channel: GrpcChannel, stop: CancellationToken) {
+    async fn follow_one(
+        self: Arc<Self>,
+        key: String,
+        mut generation: u64,
+        channel: GrpcChannel,
+        stop: CancellationToken,
+    ) {
         let mut pause = Duration::from_millis(100);
         loop {
-            tokio::select! {
+            let outcome = tokio::select! {
                 () = stop.cancelled() => return,
-                outcome = self.stream(&key, channel.clone()) => {
-                    if let Err(status) = outcome {
-                        tracing::debug!(replica = %key, code = ?status.code(), error = %status.message(), "session ends: stream ended");
-                    }
-                    if outcome_was_followed(&self, &key) {
-                        pause = Duration::from_millis(100);
-                    }
-                }
+                outcome = self.stream(&key, generation, channel.clone()) => outcome,
+            };
+            let was_followed = self
+                .leases
+                .lock()
+                .is_ok_and(|l| l.get(&key).is_some_and(|l| l.generation == generation && l.until.is_some()));
+            match self.lost(&key, generation) {
+                Some(next) => generation = next,
+                // Listed anew (or no longer): another task follows it.
+                None => return,
             }
-            self.lost(&key);
+            if was_followed {
+                pause = Duration::from_millis(100);
+                let error = outcome.err().map(|s| s.message().to_owned()).unwrap_or_default();
+                tracing::info!(
+                    replica = %key,
+                    error,
+                    "no longer following this mcp-service replica's session ends: legacy sessions' lists cross until it is followed again"
+                );
+            } else if let Err(status) = outcome {
+                tracing::debug!(replica = %key, code = ?status.code(), error = %status.message(), "cannot follow session ends");
+            }
             tokio::select! {
                 () = stop.cancelled() => return,
                 () = tokio::time::sleep(pause) => {}
@@ -239,7 +313,8 @@ impl SessionFollower {
     }
 
     /// One stream from replica `key`: the ends it sends, and the echoes of the pings sent to it.
-    async fn stream(&self, key: &str, channel: GrpcChannel) -> Result<(), tonic::Status> {
+    async fn stream(&self, key: &str, generation: u64, channel: GrpcChannel) -> Result<(), tonic::Status> {
+        use futures_util::FutureExt as _;
         use pb::session_follower_message::Kind as Says;
         let mut client = McpServiceClient::new(channel);
         let request = mcp_proto::trust::outgoing(pb::FollowSessionsRequest {});
@@ -247,60 +322,121 @@ impl SessionFollower {
         let Some(Kind::Joined(joined)) = news.message().await?.and_then(|n| n.kind) else {
             return Err(tonic::Status::internal("the stream did not start with `joined`"));
         };
-        let lease = Duration::from_millis(joined.lease_ms);
-        let says = |kind| {
+        if !self.joined(key, generation) {
+            return Ok(());
+        }
+        let lease = Duration::from_millis(joined.lease_ms.max(100));
+        // Trusted a tenth less than the replica waits: its clock and this one may run apart.
+        let trusted_for = lease * 9 / 10;
+        let says = move |kind| {
             let message = pb::SessionFollowerMessage { follower: joined.follower, kind: Some(kind) };
             let mut client = client.clone();
             async move {
-                let answer = client.follower(mcp_proto::trust::outgoing(message)).await?.into_inner();
-                if answer.following { Ok(()) } else { Err(tonic::Status::not_found("no longer followed")) }
+                let call = client.follower(mcp_proto::trust::outgoing(message));
+                match tokio::time::timeout(lease, call).await {
+                    Ok(Ok(answer)) if answer.get_ref().following => Ok(()),
+                    Ok(Ok(_)) => Err(tonic::Status::not_found("the replica no longer knows this follower")),
+                    Ok(Err(status)) => Err(status),
+                    Err(_) => Err(tonic::Status::deadline_exceeded("the replica did not answer within a lease")),
+                }
             }
         };
-        // Pings sent and not yet echoed, oldest first, with when they were sent.
-        let mut pings: VecDeque<(u64, Instant)> = VecDeque::new();
-        let mut next = 0u64;
-        let mut tick = tokio::time::interval(lease / 4);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        // Pings sent and not yet echoed, oldest first, with when they were sent; pinged from a
+        // task of its own so that reading the stream never waits for a call.
+        let pings: Arc<Mutex<VecDeque<(u64, Instant)>>> = Arc::default();
+        let (failed_tx, mut failed) = tokio::sync::mpsc::channel::<tonic::Status>(1);
+        let pinger = {
+            let (pings, says, failed_tx) = (pings.clone(), says.clone(), failed_tx.clone());
+            tokio::spawn(async move {
+                let mut tick = tokio::time::interval(lease / 4);
+                tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                for n in 1.. {
+                    tick.tick().await;
+                    if let Ok(mut pings) = pings.lock() {
+                        pings.push_back((n, Instant::now()));
+                        if pings.len() > 64 {
+                            pings.pop_front();
+                        }
+                    }
+                    if let Err(status) = says(Says::Ping(n)).await {
+                        let _ = failed_tx.try_send(status);
+                        return;
+                    }
+                }
+            })
+        };
+        let _stop_pinging = AbortOnDrop(pinger);
+        let mut last_echo = Instant::now();
+        let mut watchdog = tokio::time::interval(lease);
         loop {
-            tokio::select! {
-                message = news.message() => {
-                    let Some(message) = message? else { return Ok(()) };
-                    match message.kind {
-                        Some(Kind::Echo(n)) => {
+            let message = tokio::select! {
+                message = news.message() => message?,
+                status = failed.recv() => return Err(status.unwrap_or_else(|| tonic::Status::cancelled("pings stopped"))),
+                _ = watchdog.tick() => {
+                    if last_echo.elapsed() > lease * 2 {
+                        return Err(tonic::Status::deadline_exceeded("no echo for two leases"));
+                    }
+                    continue;
+                }
+            };
+            let Some(message) = message else { return Ok(()) };
+            // This message and every other already arrived: the ends among them are
+            // acknowledged together.
+            let mut applied = None;
+            let mut next = Some(message);
+            while let Some(message) = next.take() {
+                match message.kind {
+                    Some(Kind::Echo(n)) => {
+                        last_echo = Instant::now();
+                        let sent = pings.lock().ok().and_then(|mut pings| {
+                            let mut sent = None;
                             while let Some(&(sent_n, sent_at)) = pings.front() {
                                 if sent_n > n {
                                     break;
                                 }
                                 pings.pop_front();
                                 if sent_n == n {
-                                    self.leased(key, sent_at + lease);
+                                    sent = Some(sent_at);
                                 }
                             }
+                            sent
+                        });
+                        if let Some(sent_at) = sent {
+                            self.leased(key, generation, sent_at + trusted_for);
                         }
-                        Some(Kind::Ended(end)) => {
-                            self.ended(&end.seal);
-                            says(Says::Applied(end.seq)).await?;
-                        }
-                        Some(Kind::Joined(_)) | None => {}
                     }
-                }
-                _ = tick.tick() => {
-                    next += 1;
-                    pings.push_back((next, Instant::now()));
-                    if pings.len() > 64 {
-                        pings.pop_front();
+                    Some(Kind::Ended(end)) => {
+                        self.ended(&end.seal);
+                        applied = Some(applied.unwrap_or(0).max(end.seq));
                     }
-                    says(Says::Ping(next)).await?;
+                    Some(Kind::Joined(_)) | None => {}
                 }
+                next = match news.message().now_or_never() {
+                    Some(Ok(Some(message))) => Some(message),
+                    Some(Ok(None)) | None => None,
+                    Some(Err(status)) => return Err(status),
+                };
+            }
+            if let Some(seq) = applied {
+                let says = says.clone();
+                let failed_tx = failed_tx.clone();
+                tokio::spawn(async move {
+                    if let Err(status) = says(Says::Applied(seq)).await {
+                        let _ = failed_tx.try_send(status);
+                    }
+                });
             }
         }
     }
 }
 
-/// Whether replica `key` was followed (its lease held) before its stream ended: then the next
-/// attempt starts without a long pause.
-fn outcome_was_followed(follower: &SessionFollower, key: &str) -> bool {
-    follower.leases.lock().ok().and_then(|l| l.get(key).copied().flatten()).is_some()
+/// Aborts the task when dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 impl crate::app::LegacySessions for SessionFollower {
@@ -308,11 +444,11 @@ impl crate::app::LegacySessions for SessionFollower {
         SessionFollower::live_revision(self, session_id)
     }
 
-    fn mark(&self) -> u64 {
+    fn mark(&self) -> Option<u64> {
         SessionFollower::mark(self)
     }
 
-    fn learn(&self, session_id: &str, revision: &str, expires: u64, mark: u64) {
+    fn learn(&self, session_id: &str, revision: &str, expires: u64, mark: Option<u64>) {
         SessionFollower::learn(self, session_id, revision, expires, mark);
     }
 }
@@ -322,21 +458,30 @@ mod tests {
     use super::*;
 
     const ID: &str = "eyJyIjoiMjAyNS0wNi0xOCJ9.c2VhbA";
+    const LATER: u64 = u64::MAX;
+
+    /// `f` learns `ID` as a 2025-06-18 session, with a mark taken now.
+    fn learn(f: &SessionFollower) {
+        f.learn(ID, "2025-06-18", LATER, f.mark());
+    }
 
     #[test]
     fn sessions_are_trusted_only_under_every_lease_and_forgotten_on_an_end() {
         let f = SessionFollower::default();
-        let later = u64::MAX;
         // Nothing listed: nothing is trusted, nothing learnt.
-        f.learn(ID, "2025-06-18", later, f.mark());
+        assert_eq!(f.mark(), None);
+        learn(&f);
         assert_eq!(f.live_revision(ID), None);
-        f.listed(&["a".into(), "b".into()]);
+        let generations = f.listed(&["a".into(), "b".into()]);
+        let (a, b) = (generations["a"], generations["b"]);
         let soon = Instant::now() + Duration::from_secs(60);
-        f.leased("a", soon);
-        f.learn(ID, "2025-06-18", later, f.mark());
+        assert!(f.joined("a", a));
+        f.leased("a", a, soon);
+        learn(&f);
         assert_eq!(f.live_revision(ID), None, "b is not followed yet");
-        f.leased("b", soon);
-        f.learn(ID, "2025-06-18", later, f.mark());
+        assert!(f.joined("b", b));
+        f.leased("b", b, soon);
+        learn(&f);
         assert_eq!(f.live_revision(ID), Some("2025-06-18"));
         // The same seal under another payload is not that session.
         assert_eq!(f.live_revision("eyJyIjoiMjAyNC0xMS0wNSJ9.c2VhbA"), None);
@@ -344,36 +489,46 @@ mod tests {
         let mark = f.mark();
         f.ended("c2VhbA");
         assert_eq!(f.live_revision(ID), None);
-        f.learn(ID, "2025-06-18", later, mark);
+        f.learn(ID, "2025-06-18", LATER, mark);
         assert_eq!(f.live_revision(ID), None);
-        // Expired ids are not live.
-        f.learn(ID, "2025-06-18", unix_now() - 1, f.mark());
+        // Ids about to expire are not live.
+        f.learn(ID, "2025-06-18", unix_now() + 2, f.mark());
         assert_eq!(f.live_revision(ID), None);
         // A broken stream forgets everything, and trusts nothing until that replica is
-        // followed again.
-        f.learn(ID, "2025-06-18", later, f.mark());
+        // followed again, by a stream of a new generation; a reply that crossed meanwhile
+        // teaches nothing.
+        learn(&f);
         assert_eq!(f.live_revision(ID), Some("2025-06-18"));
-        f.lost("b");
+        let mark = f.mark();
+        let b2 = f.lost("b", b).expect("a new generation");
         assert_eq!(f.live_revision(ID), None);
-        f.leased("b", soon);
-        assert_eq!(f.live_revision(ID), None, "forgotten");
-        f.learn(ID, "2025-06-18", later, f.mark());
+        assert_eq!(f.mark(), None, "nothing is trusted");
+        f.leased("b", b, soon);
+        assert_eq!(f.mark(), None, "the old stream's echoes count no more");
+        assert!(!f.joined("b", b));
+        assert!(f.joined("b", b2));
+        f.leased("b", b2, soon);
+        f.learn(ID, "2025-06-18", LATER, mark);
+        assert_eq!(f.live_revision(ID), None, "learnt across the gap");
+        learn(&f);
         assert_eq!(f.live_revision(ID), Some("2025-06-18"));
-        // A replica that comes makes it forget too; one that goes is no longer waited for.
-        f.listed(&["a".into(), "b".into(), "c".into()]);
+        // A replica that comes makes it forget, and so does one that goes.
+        let c = f.listed(&["a".into(), "b".into(), "c".into()])["c"];
         assert_eq!(f.live_revision(ID), None);
-        f.listed(&["a".into(), "b".into()]);
-        f.learn(ID, "2025-06-18", later, f.mark());
+        f.leased("c", c, soon);
+        learn(&f);
+        assert_eq!(f.live_revision(ID), Some("2025-06-18"));
+        assert!(f.listed(&["a".into(), "b".into()]).is_empty());
+        assert_eq!(f.live_revision(ID), None);
+        learn(&f);
+        assert_eq!(f.live_revision(ID), Some("2025-06-18"));
+        // Not a revision: nothing learnt.
+        f.learn(ID, "2099-01-01", LATER, f.mark());
         assert_eq!(f.live_revision(ID), Some("2025-06-18"));
         // A lease that ran out: nothing is trusted.
-        f.listed(&["a".into()]);
-        let f2 = SessionFollower::default();
-        f2.listed(&["a".into()]);
-        f2.leased("a", Instant::now());
-        f2.learn(ID, "2025-06-18", later, f2.mark());
-        assert_eq!(f2.live_revision(ID), None);
-        // Not a revision: nothing learnt.
-        f.learn(ID, "2099-01-01", later, f.mark());
-        assert_eq!(f.live_revision(ID), Some("2025-06-18"));
+        let g = SessionFollower::default();
+        let a = g.listed(&["a".into()])["a"];
+        g.leased("a", a, Instant::now());
+        assert_eq!(g.mark(), None);
     }
 }

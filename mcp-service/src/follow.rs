@@ -70,17 +70,25 @@ impl Followers {
         let joined = pb::Joined { follower: id, lease_ms: self.lease.as_millis() as u64 };
         let _ = tx.try_send(news(Kind::Joined(joined)));
         if let Ok(mut list) = self.list.lock() {
+            self.prune(&mut list, Instant::now());
             list.insert(id, Follower { news: Some(tx), applied: watch::Sender::new(0), left: None });
         }
         (id, rx)
     }
 
+    /// Forget the followers that left more than a lease ago.
+    fn prune(&self, list: &mut HashMap<u64, Follower>, now: Instant) {
+        list.retain(|_, f| f.left.is_none_or(|left| left + self.lease > now));
+    }
+
     /// Follower `id`'s stream ended: ends wait for it until a lease has passed.
     pub fn leave(&self, id: u64) {
-        if let Ok(mut list) = self.list.lock()
-            && let Some(f) = list.get_mut(&id)
-        {
-            f.leave_at(Instant::now());
+        if let Ok(mut list) = self.list.lock() {
+            let now = Instant::now();
+            if let Some(f) = list.get_mut(&id) {
+                f.leave_at(now);
+            }
+            self.prune(&mut list, now);
         }
     }
 
@@ -118,11 +126,16 @@ impl Followers {
     /// Tell every follower that the session sealed `seal` ended here; returns once each has
     /// applied it or can no longer trust what it knew.
     pub async fn ended(&self, seal: &str) {
-        let seq = self.next_seq.fetch_add(1, Ordering::Relaxed) + 1;
-        let sent = Instant::now();
         let mut waits = Vec::new();
-        if let Ok(mut list) = self.list.lock() {
-            list.retain(|_, f| f.left.is_none_or(|left| left + self.lease > sent));
+        let seq;
+        {
+            // The number and the time under the lock: ends reach each follower in the order of
+            // their numbers (its acknowledgement of one covers every earlier one), and no echo
+            // sent after `sent` can pass this end in the follower's queue.
+            let mut list = self.list.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            seq = self.next_seq.fetch_add(1, Ordering::Relaxed) + 1;
+            let sent = Instant::now();
+            self.prune(&mut list, sent);
             for f in list.values_mut() {
                 let deadline = match f.left {
                     Some(left) => left + self.lease,
@@ -168,12 +181,12 @@ mod tests {
 
     #[tokio::test]
     async fn an_end_waits_for_each_follower_or_its_lease() {
-        let lease = Duration::from_millis(300);
+        let lease = Duration::from_millis(500);
         let followers = Followers::new(lease);
         let (quick, mut quick_news) = followers.join();
         let (silent, mut silent_news) = followers.join();
         for (id, news) in [(quick, &mut quick_news), (silent, &mut silent_news)] {
-            let joined = pb::Joined { follower: id, lease_ms: 300 };
+            let joined = pb::Joined { follower: id, lease_ms: 500 };
             assert_eq!(news.recv().await.and_then(|n| n.kind), Some(Kind::Joined(joined)));
         }
         // Pings are echoed on the follower's own stream.
@@ -194,10 +207,10 @@ mod tests {
 
         // Once the silent follower has left, an end waits for the rest of its lease only, and
         // its pings are not echoed.
+        let left = Instant::now();
         followers.leave(silent);
         drop(silent_news);
         assert!(!followers.ping(silent, 8));
-        let left = Instant::now();
         let ending = followers.ended("def");
         tokio::pin!(ending);
         tokio::select! {

@@ -179,6 +179,14 @@ impl Replicas {
         }
     }
 
+    /// The keys of the replicas listed now.
+    pub fn keys(&self) -> Vec<String> {
+        match &self.0 {
+            Members::Single(url, _) => vec![url.clone()],
+            Members::Pool(members) => members.borrow().iter().map(|m| m.key.clone()).collect(),
+        }
+    }
+
     /// Until the list changes; `false` once it never will (a fixed list, or the channel gone).
     pub async fn changed(&mut self) -> bool {
         match &mut self.0 {

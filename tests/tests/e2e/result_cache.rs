@@ -591,15 +591,16 @@ async fn a_session_ended_through_one_gateway_is_refused_at_once_by_every_other()
 }
 
 /// A gateway that stops reading (here: stopped) holds a `DELETE` back by a lease at most, and
-/// once it goes on it does not answer the ended session's lists.
+/// once it goes on and follows again it does not answer the ended session's lists.
 #[tokio::test]
 async fn a_stalled_gateway_holds_an_end_back_by_a_lease_at_most() {
     let (procs, _dir, clients) = replicated(1, 2).await;
     let stalled = &procs[3];
     let session = legacy_session(&clients[0], "2025-06-18").await;
-    for id in [1, 2] {
-        assert_eq!(session_list(&clients[1], &session, "2025-06-18", id).await.status, 200);
-    }
+    assert_eq!(session_list(&clients[1], &session, "2025-06-18", 1).await.status, 200);
+    let before = hits(stalled).await;
+    assert_eq!(session_list(&clients[1], &session, "2025-06-18", 2).await.status, 200);
+    assert_eq!(hits(stalled).await, before + 1, "the stalled gateway answered the session's list itself");
     let pid = stalled.child.id().expect("running").to_string();
     let signal = |name: &str| {
         let status = std::process::Command::new("kill").args([name, &pid]).status().expect("kill");
@@ -612,6 +613,9 @@ async fn a_stalled_gateway_holds_an_end_back_by_a_lease_at_most() {
     signal("-CONT");
     assert_eq!(ended.expect("DELETE answered").status(), 204);
     assert!(waited >= std::time::Duration::from_secs(2), "the stalled gateway's lease was waited out: {waited:?}");
+    // Once it follows again (another session's list is answered without a hop), the ended
+    // session's list is still refused.
+    until_session_lists_are_kept(stalled, &clients[1]).await;
     for client in &clients {
         let refused = session_list(client, &session, "2025-06-18", 3).await;
         assert_eq!(refused.status, 404, "{}", refused.text);
