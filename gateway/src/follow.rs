@@ -107,6 +107,7 @@ impl SessionFollower {
         if let Ok(mut t) = self.trusted_until.write() {
             *t = earliest;
         }
+        report(leases);
     }
 
     /// Forget every session.
@@ -373,6 +374,9 @@ impl SessionFollower {
                 message = news.message() => message?,
                 status = failed.recv() => return Err(status.unwrap_or_else(|| tonic::Status::cancelled("pings stopped"))),
                 _ = watchdog.tick() => {
+                    if let Ok(leases) = self.leases.lock() {
+                        report(&leases);
+                    }
                     if last_echo.elapsed() > lease * 2 {
                         return Err(tonic::Status::deadline_exceeded("no echo for two leases"));
                     }
@@ -428,6 +432,16 @@ impl SessionFollower {
             }
         }
     }
+}
+
+/// `gateway_session_ends_replicas`: the replicas listed, and of them those whose session ends
+/// this gateway follows under a lease now (legacy sessions' lists are reused only while the two
+/// are equal).
+fn report(leases: &HashMap<String, Lease>) {
+    let now = Instant::now();
+    let followed = leases.values().filter(|l| l.until.is_some_and(|u| u > now)).count();
+    metrics::gauge!("gateway_session_ends_replicas", "state" => "listed").set(leases.len() as f64);
+    metrics::gauge!("gateway_session_ends_replicas", "state" => "followed").set(followed as f64);
 }
 
 /// Aborts the task when dropped.

@@ -528,6 +528,12 @@ async fn lists_of_live_legacy_sessions_are_answered_again_by_gateway_edge() {
     std::fs::write(&defs, TITLED).expect("write");
     let stack = e2e::Stack::microservices_with(&["--definitions", defs.to_str().expect("utf-8")]).await;
     legacy_lists(stack.gateway(), &defs, Knows::Learns).await;
+    // The operator sees that the one replica is followed.
+    let text = e2e::metrics(&stack.gateway().url()).await;
+    for state in ["listed", "followed"] {
+        let series = format!("gateway_session_ends_replicas{{state=\"{state}\"}} 1");
+        assert!(text.lines().any(|l| l == series), "{series} in:\n{text}");
+    }
 }
 
 /// registry-service serving `TITLED`, `engines` mcp-service replicas sharing a state secret,
