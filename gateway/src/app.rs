@@ -311,23 +311,22 @@ async fn mcp_post(
                     // revision's (a session that is not is left for mcp-service to refuse, or
                     // to answer as live: then it is learnt).
                     Era::Legacy if gw.cache.session_list(method) => {
-                        let session = gw
-                            .sessions
-                            .as_deref()
-                            .zip(headers.get(mcp_proto::vocab::header::SESSION_ID).and_then(|v| v.to_str().ok()));
-                        match session.map(|(sessions, id)| (sessions, sessions.live_revision(id))) {
-                            Some((_, Some(revision))) => {
-                                Some(gw.cache.session_list_key(method, revision, version, params))
-                            }
-                            Some((sessions, None)) => {
-                                learning = Some(Learning {
-                                    mark: sessions.mark(),
-                                    version: version.map(str::to_owned),
-                                    params: params.map(str::to_owned),
-                                });
-                                None
-                            }
-                            None => None,
+                        let session_id =
+                            headers.get(mcp_proto::vocab::header::SESSION_ID).and_then(|v| v.to_str().ok());
+                        match (gw.sessions.as_deref(), session_id) {
+                            (Some(sessions), Some(session_id)) => match sessions.live_revision(session_id) {
+                                Some(revision) => Some(gw.cache.session_list_key(method, revision, version, params)),
+                                None => {
+                                    learning = Some(Learning {
+                                        mark: sessions.mark(),
+                                        session_id: session_id.to_owned(),
+                                        version: version.map(str::to_owned),
+                                        params: params.map(str::to_owned),
+                                    });
+                                    None
+                                }
+                            },
+                            _ => None,
                         }
                     }
                     Era::Legacy => gw.cache.legacy_key(method, version, params),
@@ -381,17 +380,16 @@ async fn mcp_post(
         param_headers: param_headers(&headers),
         if_tag: named.as_ref().map(|(tag, _)| tag.clone()).unwrap_or_default(),
     };
-    let session_id = learning.as_ref().map(|_| request.session_id.clone());
     let mut resp = forward::forward(gw.mcp_channel.clone(), request, accepts, id.clone()).await;
     resp = gw.limits.hold_stream(stream, resp);
-    if let (Some(learning), Some(session_id), Some(sessions)) = (learning, session_id, &gw.sessions)
+    if let (Some(learning), Some(sessions)) = (learning, &gw.sessions)
         && let Some(reusable) = resp.extensions().get::<crate::cache::Reusable>()
         && !reusable.session_revision.is_empty()
     {
         // mcp-service answered the session's list as live: the session is known from now on,
         // and the page is kept as its revision's.
         let revision = &reusable.session_revision;
-        sessions.learn(&session_id, revision, reusable.session_expires, learning.mark);
+        sessions.learn(&learning.session_id, revision, reusable.session_expires, learning.mark);
         let (version, params) = (learning.version.as_deref(), learning.params.as_deref());
         cache_key = Some(gw.cache.session_list_key(method, revision, version, params));
     }
@@ -436,6 +434,7 @@ async fn mcp_post(
 /// kept by if mcp-service answers it as live.
 struct Learning {
     mark: Option<u64>,
+    session_id: String,
     version: Option<String>,
     params: Option<String>,
 }

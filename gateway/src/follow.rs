@@ -12,7 +12,8 @@
 //! or while it trusts nothing, is asked of mcp-service as before.
 //!
 //! This is as strong as the replicas themselves: a replica refuses the sessions it ended, and
-//! every gateway hears of each end before the `DELETE` is answered.
+//! when it answers a `DELETE`, every gateway has applied the end or no longer trusts what it
+//! knew.
 
 use std::collections::{HashMap, VecDeque};
 use std::hash::BuildHasher as _;
@@ -23,7 +24,10 @@ use std::time::{Duration, Instant};
 use mcp_proto::balance::Replicas;
 use mcp_proto::mcp::{self as pb, mcp_service_client::McpServiceClient, session_news::Kind};
 use mcp_proto::transport::GrpcChannel;
+use mcp_proto::vocab::session_seal as seal;
+use mcp_service::seal::now as unix_now;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::AbortOnDropHandle;
 
 /// The most sessions remembered (about 100 bytes each); past it, all are forgotten and learnt
 /// again as their lists cross.
@@ -67,14 +71,6 @@ struct Known {
 /// mcp-service's may differ a little).
 const EXPIRY_MARGIN_SECS: u64 = 5;
 
-fn seal(session_id: &str) -> Option<&str> {
-    session_id.trim().rsplit_once('.').map(|(_, seal)| seal).filter(|s| !s.is_empty())
-}
-
-fn unix_now() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs())
-}
-
 impl Default for SessionFollower {
     fn default() -> Self {
         Self {
@@ -94,16 +90,10 @@ impl SessionFollower {
         self.trusted_until.read().ok().and_then(|t| *t).is_some_and(|t| t > Instant::now())
     }
 
-    /// Recompute the earliest lease (under the leases' lock).
+    /// Recompute the earliest lease (under the leases' lock): `None` when nothing is listed or
+    /// a replica is not followed (`None` orders before any time).
     fn settle(&self, leases: &HashMap<String, Lease>) {
-        let earliest = if leases.is_empty() {
-            None
-        } else {
-            leases
-                .values()
-                .try_fold(None::<Instant>, |min, l| l.until.map(|l| Some(min.map_or(l, |m| m.min(l)))))
-                .flatten()
-        };
+        let earliest = leases.values().map(|l| l.until).min().flatten();
         if let Ok(mut t) = self.trusted_until.write() {
             *t = earliest;
         }
@@ -161,14 +151,16 @@ impl SessionFollower {
     }
 
     /// Replica `key`'s stream of `generation` ended: nothing it might have ended meanwhile is
-    /// known; the next stream has a new generation.
-    fn lost(&self, key: &str, generation: u64) -> Option<u64> {
+    /// known. The next stream's generation, and whether this one was followed under a lease;
+    /// `None` when the replica is listed anew or no longer (another task follows it, or none).
+    fn lost(&self, key: &str, generation: u64) -> Option<(u64, bool)> {
         let next = self.leases.lock().ok().and_then(|mut leases| {
             let lease = leases.get_mut(key).filter(|l| l.generation == generation)?;
             let next = self.next_generation.fetch_add(1, Ordering::Relaxed);
+            let was_followed = lease.until.is_some();
             *lease = Lease { generation: next, until: None };
             self.settle(&leases);
-            Some(next)
+            Some((next, was_followed))
         });
         self.forget_all();
         next
@@ -285,15 +277,8 @@ impl SessionFollower {
                 () = stop.cancelled() => return,
                 outcome = self.stream(&key, generation, channel.clone()) => outcome,
             };
-            let was_followed = self
-                .leases
-                .lock()
-                .is_ok_and(|l| l.get(&key).is_some_and(|l| l.generation == generation && l.until.is_some()));
-            match self.lost(&key, generation) {
-                Some(next) => generation = next,
-                // Listed anew (or no longer): another task follows it.
-                None => return,
-            }
+            let Some((next, was_followed)) = self.lost(&key, generation) else { return };
+            generation = next;
             if was_followed {
                 pause = Duration::from_millis(100);
                 let error = outcome.err().map(|s| s.message().to_owned()).unwrap_or_default();
@@ -346,9 +331,9 @@ impl SessionFollower {
         // task of its own so that reading the stream never waits for a call.
         let pings: Arc<Mutex<VecDeque<(u64, Instant)>>> = Arc::default();
         let (failed_tx, mut failed) = tokio::sync::mpsc::channel::<tonic::Status>(1);
-        let pinger = {
+        let _pinger = {
             let (pings, says, failed_tx) = (pings.clone(), says.clone(), failed_tx.clone());
-            tokio::spawn(async move {
+            AbortOnDropHandle::new(tokio::spawn(async move {
                 let mut tick = tokio::time::interval(lease / 4);
                 tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
                 for n in 1.. {
@@ -364,9 +349,8 @@ impl SessionFollower {
                         return;
                     }
                 }
-            })
+            }))
         };
-        let _stop_pinging = AbortOnDrop(pinger);
         let mut last_echo = Instant::now();
         let mut watchdog = tokio::time::interval(lease);
         loop {
@@ -444,15 +428,6 @@ fn report(leases: &HashMap<String, Lease>) {
     metrics::gauge!("gateway_session_ends_replicas", "state" => "followed").set(followed as f64);
 }
 
-/// Aborts the task when dropped.
-struct AbortOnDrop(tokio::task::JoinHandle<()>);
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
-}
-
 impl crate::app::LegacySessions for SessionFollower {
     fn live_revision(&self, session_id: &str) -> Option<&'static str> {
         SessionFollower::live_revision(self, session_id)
@@ -514,7 +489,8 @@ mod tests {
         learn(&f);
         assert_eq!(f.live_revision(ID), Some("2025-06-18"));
         let mark = f.mark();
-        let b2 = f.lost("b", b).expect("a new generation");
+        let (b2, was_followed) = f.lost("b", b).expect("a new generation");
+        assert!(was_followed);
         assert_eq!(f.live_revision(ID), None);
         assert_eq!(f.mark(), None, "nothing is trusted");
         f.leased("b", b, soon);

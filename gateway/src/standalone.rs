@@ -106,7 +106,6 @@ fn registry_service_client(
     mcp_proto::registry::registry_client::RegistryClient::new(channel)
 }
 
-/// Standalone passes no command-line flags to the embedded components.
 /// The embedded mcp-service's legacy sessions: a session's end (its `DELETE`) is recorded
 /// there before it is answered, so the gateway never reuses a list for an ended session.
 struct EngineSessions(std::sync::Arc<mcp_service::Engine>);
@@ -117,6 +116,7 @@ impl crate::app::LegacySessions for EngineSessions {
     }
 }
 
+/// Standalone passes no command-line flags to the embedded components.
 #[derive(serde::Serialize)]
 struct NoFlags {}
 

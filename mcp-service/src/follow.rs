@@ -9,7 +9,6 @@
 
 use std::collections::HashMap;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use mcp_proto::mcp::{self as pb, session_news::Kind};
@@ -27,8 +26,14 @@ const QUEUE: usize = 256;
 /// Every follower of this engine, and the followers that left within the last lease.
 pub struct Followers {
     lease: Duration,
-    next_seq: AtomicU64,
-    list: Mutex<HashMap<u64, Follower>>,
+    list: Mutex<List>,
+}
+
+#[derive(Default)]
+struct List {
+    /// The number of the last end sent.
+    seq: u64,
+    followers: HashMap<u64, Follower>,
 }
 
 struct Follower {
@@ -59,7 +64,7 @@ impl Default for Followers {
 
 impl Followers {
     pub fn new(lease: Duration) -> Self {
-        Self { lease, next_seq: AtomicU64::new(0), list: Mutex::default() }
+        Self { lease, list: Mutex::default() }
     }
 
     /// A new follower: its id and its stream, which starts with both and the lease.
@@ -71,21 +76,21 @@ impl Followers {
         let _ = tx.try_send(news(Kind::Joined(joined)));
         if let Ok(mut list) = self.list.lock() {
             self.prune(&mut list, Instant::now());
-            list.insert(id, Follower { news: Some(tx), applied: watch::Sender::new(0), left: None });
+            list.followers.insert(id, Follower { news: Some(tx), applied: watch::Sender::new(0), left: None });
         }
         (id, rx)
     }
 
     /// Forget the followers that left more than a lease ago.
-    fn prune(&self, list: &mut HashMap<u64, Follower>, now: Instant) {
-        list.retain(|_, f| f.left.is_none_or(|left| left + self.lease > now));
+    fn prune(&self, list: &mut List, now: Instant) {
+        list.followers.retain(|_, f| f.left.is_none_or(|left| left + self.lease > now));
     }
 
     /// Follower `id`'s stream ended: ends wait for it until a lease has passed.
     pub fn leave(&self, id: u64) {
         if let Ok(mut list) = self.list.lock() {
             let now = Instant::now();
-            if let Some(f) = list.get_mut(&id) {
+            if let Some(f) = list.followers.get_mut(&id) {
                 f.leave_at(now);
             }
             self.prune(&mut list, now);
@@ -97,7 +102,7 @@ impl Followers {
     pub fn close_all(&self) {
         if let Ok(mut list) = self.list.lock() {
             let now = Instant::now();
-            for f in list.values_mut() {
+            for f in list.followers.values_mut() {
                 f.leave_at(now);
             }
         }
@@ -107,7 +112,7 @@ impl Followers {
     /// it is not following (or is too far behind: then it is let go).
     pub fn ping(&self, id: u64, n: u64) -> bool {
         let Ok(mut list) = self.list.lock() else { return false };
-        let Some(f) = list.get_mut(&id).filter(|f| f.left.is_none()) else { return false };
+        let Some(f) = list.followers.get_mut(&id).filter(|f| f.left.is_none()) else { return false };
         if f.news.as_ref().is_some_and(|tx| tx.try_send(news(Kind::Echo(n))).is_ok()) {
             return true;
         }
@@ -118,7 +123,7 @@ impl Followers {
     /// Follower `id` applied every end up to `seq`.
     pub fn applied(&self, id: u64, seq: u64) -> bool {
         let Ok(list) = self.list.lock() else { return false };
-        let Some(f) = list.get(&id).filter(|f| f.left.is_none()) else { return false };
+        let Some(f) = list.followers.get(&id).filter(|f| f.left.is_none()) else { return false };
         f.applied.send_modify(|a| *a = (*a).max(seq));
         true
     }
@@ -133,10 +138,11 @@ impl Followers {
             // their numbers (its acknowledgement of one covers every earlier one), and no echo
             // sent after `sent` can pass this end in the follower's queue.
             let mut list = self.list.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-            seq = self.next_seq.fetch_add(1, Ordering::Relaxed) + 1;
+            list.seq += 1;
+            seq = list.seq;
             let sent = Instant::now();
             self.prune(&mut list, sent);
-            for f in list.values_mut() {
+            for f in list.followers.values_mut() {
                 let deadline = match f.left {
                     Some(left) => left + self.lease,
                     None => {
@@ -148,23 +154,20 @@ impl Followers {
                         sent + self.lease
                     }
                 };
-                waits.push((f.applied.subscribe(), deadline, f.left.is_some()));
+                waits.push((f.applied.subscribe(), deadline));
             }
         }
-        for (mut applied, deadline, gone) in waits {
-            if gone {
-                // Only its lease is waited out.
-                tokio::time::sleep_until(deadline).await;
-                continue;
-            }
-            // Applied, or the lease has passed.
-            let _ = tokio::time::timeout_at(deadline, applied.wait_for(|a| *a >= seq)).await.map(|r| r.is_ok());
+        // Each until it applied the end or its deadline passed (one that left applies nothing:
+        // its lease is waited out; it is forgotten only after its deadline).
+        for (mut applied, deadline) in waits {
+            let _ = tokio::time::timeout_at(deadline, applied.wait_for(|a| *a >= seq)).await;
         }
     }
 
     /// How many follow now.
-    pub fn count(&self) -> usize {
-        self.list.lock().map(|l| l.values().filter(|f| f.left.is_none()).count()).unwrap_or(0)
+    #[cfg(test)]
+    fn count(&self) -> usize {
+        self.list.lock().map(|l| l.followers.values().filter(|f| f.left.is_none()).count()).unwrap_or(0)
     }
 }
 
@@ -172,11 +175,27 @@ impl Followers {
 mod tests {
     use super::*;
 
-    /// The next end sent to `follower`, applied.
-    async fn apply(followers: &Followers, id: u64, news: &mut mpsc::Receiver<pb::SessionNews>) -> pb::SessionEnded {
-        let Some(Kind::Ended(end)) = news.recv().await.and_then(|n| n.kind) else { panic!("an end") };
-        assert!(followers.applied(id, end.seq));
-        end
+    /// End `seal` while follower `id` applies the end it is sent at once: the end it was sent,
+    /// and how long the end took to be answered.
+    async fn end(
+        followers: &Followers,
+        seal: &str,
+        id: u64,
+        news: &mut mpsc::Receiver<pb::SessionNews>,
+    ) -> (pb::SessionEnded, Duration) {
+        let started = Instant::now();
+        let ending = followers.ended(seal);
+        tokio::pin!(ending);
+        let applied = tokio::select! {
+            () = &mut ending => panic!("answered before the follower applied it"),
+            n = news.recv() => {
+                let Some(Kind::Ended(end)) = n.and_then(|n| n.kind) else { panic!("an end") };
+                assert!(followers.applied(id, end.seq));
+                end
+            }
+        };
+        ending.await;
+        (applied, started.elapsed())
     }
 
     #[tokio::test]
@@ -194,15 +213,9 @@ mod tests {
         assert_eq!(quick_news.recv().await.and_then(|n| n.kind), Some(Kind::Echo(7)));
         // The quick follower applies the end at once; the silent one never does: the end is
         // answered once the silent one's lease has passed.
-        let started = Instant::now();
-        let ending = followers.ended("abc");
-        tokio::pin!(ending);
-        tokio::select! {
-            () = &mut ending => panic!("answered before the followers"),
-            end = apply(&followers, quick, &mut quick_news) => assert_eq!((end.seq, end.seal.as_str()), (1, "abc")),
-        }
-        ending.await;
-        assert!(started.elapsed() >= lease, "{:?}", started.elapsed());
+        let (applied, took) = end(&followers, "abc", quick, &mut quick_news).await;
+        assert_eq!((applied.seq, applied.seal.as_str()), (1, "abc"));
+        assert!(took >= lease, "{took:?}");
         assert!(matches!(silent_news.recv().await.and_then(|n| n.kind), Some(Kind::Ended(_))));
 
         // Once the silent follower has left, an end waits for the rest of its lease only, and
@@ -211,24 +224,12 @@ mod tests {
         followers.leave(silent);
         drop(silent_news);
         assert!(!followers.ping(silent, 8));
-        let ending = followers.ended("def");
-        tokio::pin!(ending);
-        tokio::select! {
-            () = &mut ending => panic!("answered before the quick follower"),
-            end = apply(&followers, quick, &mut quick_news) => assert_eq!(end.seq, 2),
-        }
-        ending.await;
+        assert_eq!(end(&followers, "def", quick, &mut quick_news).await.0.seq, 2);
         assert!(left.elapsed() >= lease, "{:?}", left.elapsed());
         // Past its lease it is forgotten: an end waits for the quick follower alone.
-        let started = Instant::now();
-        let ending = followers.ended("ghi");
-        tokio::pin!(ending);
-        tokio::select! {
-            () = &mut ending => panic!("answered before the quick follower"),
-            end = apply(&followers, quick, &mut quick_news) => assert_eq!(end.seq, 3),
-        }
-        ending.await;
-        assert!(started.elapsed() < lease, "{:?}", started.elapsed());
+        let (applied, took) = end(&followers, "ghi", quick, &mut quick_news).await;
+        assert_eq!(applied.seq, 3);
+        assert!(took < lease, "{took:?}");
         assert_eq!(followers.count(), 1);
         assert!(!followers.applied(silent, 3));
     }

@@ -29,6 +29,7 @@ use prost::Message as _;
 use tokio::sync::mpsc;
 use tokio_stream::{Stream, StreamExt as _};
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::AbortOnDrop;
 use tower::Service as _;
 
 use crate::context::Frame;
@@ -174,7 +175,7 @@ impl tower::Service<http::Request<tonic::body::Body>> for InProcess {
             Ok(match started.await {
                 Ok(request) => {
                     let (work, rx) = crate::server::start(engine, &metadata, request);
-                    let task = AbortOnDrop(tokio::spawn(work).abort_handle());
+                    let task = AbortOnDrop::new(tokio::spawn(work).abort_handle());
                     let frames = Frames { work: None, _task: Some(task), rx, rest: [None, None], ended: false };
                     let mut answer = http::Response::new(tonic::body::Body::new(frames));
                     answer.headers_mut().insert(http::header::CONTENT_TYPE, GRPC.clone());
@@ -248,15 +249,6 @@ pub struct Frames {
     /// What is left to send of a message sent in pieces ([`encode`]), in order.
     rest: [Option<Bytes>; 2],
     ended: bool,
-}
-
-/// A task aborted when this is dropped (a finished one is left as it is).
-struct AbortOnDrop(tokio::task::AbortHandle);
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
 }
 
 impl http_body::Body for Frames {
@@ -485,8 +477,13 @@ mod tests {
             let _alive = alive;
             std::future::pending::<()>().await;
         });
-        let answer =
-            Frames { work: None, _task: Some(AbortOnDrop(task.abort_handle())), rx, rest: [None, None], ended: false };
+        let answer = Frames {
+            work: None,
+            _task: Some(AbortOnDrop::new(task.abort_handle())),
+            rx,
+            rest: [None, None],
+            ended: false,
+        };
         tokio::task::yield_now().await;
         assert!(!task.is_finished(), "the work runs on");
         drop(answer);

@@ -140,7 +140,7 @@ impl McpService for McpGrpc {
     ) -> Result<Response<pb::EndSessionResponse>, Status> {
         let token = request.into_inner().session_id;
         let ended = self.engine.sessions.end(&token);
-        if ended && let Some((_, seal)) = token.trim().rsplit_once('.') {
+        if ended && let Some(seal) = mcp_proto::vocab::session_seal(&token) {
             // Answered once no gateway may still answer the session's lists by itself.
             self.engine.followers.ended(seal).await;
         }

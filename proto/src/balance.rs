@@ -152,8 +152,40 @@ pub fn connect_each(
     settings: Settings,
 ) -> Result<(GrpcChannel, Replicas), String> {
     let link = move |url: &str| Link::new(url, settings).map_err(|e| format!("`{url}`: {e}"));
-    let (channel, members) = connect_pool(component, target, link)?;
-    Ok((channel, Replicas(members)))
+    match target {
+        Target::Single(url) => {
+            let link = link(url)?;
+            Ok((crate::transport::network(link.clone()), Replicas(Members::Single(url.clone(), link))))
+        }
+        Target::List(urls) => {
+            let mut members = Vec::with_capacity(urls.len());
+            for url in urls {
+                let parsed = url::Url::parse(url).map_err(|e| format!("`{url}`: {e}"))?;
+                let host = parsed.host_str().unwrap_or_default().trim_start_matches('[').trim_end_matches(']');
+                let port = parsed.port_or_known_default().unwrap_or_default();
+                members.push(Member::new(component, url.clone(), Probe::Name(host.to_owned(), port), link(url)?));
+            }
+            let (tx, rx) = watch::channel(members.clone());
+            let pool = Pool::new(component, rx);
+            for member in &members {
+                member.start_probe(Duration::ZERO);
+            }
+            pool.report(&members);
+            // A fixed set: the sender may go; receivers keep the last value.
+            drop(tx);
+            let replicas = Replicas(Members::Pool(pool.members.clone()));
+            Ok((GrpcChannel::new(Balanced(pool)), replicas))
+        }
+        Target::Dns { host, port } => {
+            let (tx, rx) = watch::channel(Vec::new());
+            let pool = Pool::new(component, rx);
+            let weak = Arc::downgrade(&pool);
+            let make = move |addr: SocketAddr| link(&format!("http://{addr}"));
+            tokio::spawn(resolve(component, host.clone(), *port, tx, weak, make));
+            let replicas = Replicas(Members::Pool(pool.members.clone()));
+            Ok((GrpcChannel::new(Balanced(pool)), replicas))
+        }
+    }
 }
 
 /// Every replica of a target, each with a channel of its own (calls on it are not balanced,
@@ -192,47 +224,6 @@ impl Replicas {
         match &mut self.0 {
             Members::Single(..) => false,
             Members::Pool(members) => members.changed().await.is_ok(),
-        }
-    }
-}
-
-fn connect_pool(
-    component: &'static str,
-    target: &Target,
-    link: impl Fn(&str) -> Result<Link, String> + Send + Clone + 'static,
-) -> Result<(GrpcChannel, Members), String> {
-    match target {
-        Target::Single(url) => {
-            let link = link(url)?;
-            Ok((crate::transport::network(link.clone()), Members::Single(url.clone(), link)))
-        }
-        Target::List(urls) => {
-            let mut members = Vec::with_capacity(urls.len());
-            for url in urls {
-                let parsed = url::Url::parse(url).map_err(|e| format!("`{url}`: {e}"))?;
-                let host = parsed.host_str().unwrap_or_default().trim_start_matches('[').trim_end_matches(']');
-                let port = parsed.port_or_known_default().unwrap_or_default();
-                members.push(Member::new(component, url.clone(), Probe::Name(host.to_owned(), port), link(url)?));
-            }
-            let (tx, rx) = watch::channel(members.clone());
-            let pool = Pool::new(component, rx);
-            for member in &members {
-                member.start_probe(Duration::ZERO);
-            }
-            pool.report(&members);
-            // A fixed set: the sender may go; receivers keep the last value.
-            drop(tx);
-            let members = Members::Pool(pool.members.clone());
-            Ok((GrpcChannel::new(Balanced(pool)), members))
-        }
-        Target::Dns { host, port } => {
-            let (tx, rx) = watch::channel(Vec::new());
-            let pool = Pool::new(component, rx);
-            let weak = Arc::downgrade(&pool);
-            let make = move |addr: SocketAddr| link(&format!("http://{addr}"));
-            tokio::spawn(resolve(component, host.clone(), *port, tx, weak, make));
-            let members = Members::Pool(pool.members.clone());
-            Ok((GrpcChannel::new(Balanced(pool)), members))
         }
     }
 }

@@ -84,6 +84,12 @@ pub mod header {
     pub const PARAM_PREFIX: &str = "mcp-param-";
 }
 
+/// The seal of a legacy session id (the text after its last `.`, a MAC of the rest): what names
+/// the session among the ends mcp-service tells the gateways of.
+pub fn session_seal(session_id: &str) -> Option<&str> {
+    session_id.trim().rsplit_once('.').map(|(_, seal)| seal).filter(|s| !s.is_empty())
+}
+
 /// JSON-RPC error codes used by MCP.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ErrorCode(pub i64);

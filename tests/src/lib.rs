@@ -23,6 +23,10 @@ use tokio::process::{Child, ChildStdin, ChildStdout, Command};
 
 pub const MODERN: &str = "2026-07-28";
 
+/// The environment that gives mcp-service replicas one state secret, so that each accepts the
+/// session ids and request states the others seal.
+pub const SHARED_STATE_SECRET: (&str, &str) = ("MCP_SERVICE_STATE_SECRET", "replicas-share-this-secret-0123456789");
+
 /// An HTTP client for tests (with the TLS provider the workspace builds in).
 pub fn http() -> reqwest::Client {
     static TLS: std::sync::Once = std::sync::Once::new();

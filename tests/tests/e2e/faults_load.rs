@@ -422,7 +422,7 @@ async fn registry_killed_under_load_and_back() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn mcp_service_killed_behind_two_gateways() {
     let registry = Proc::start("registry-service", &["--listen", "127.0.0.1:0"], "registry-service").await;
-    let secret = [("MCP_SERVICE_STATE_SECRET", "replicas-share-this-secret-0123456789")];
+    let secret = [e2e::SHARED_STATE_SECRET];
     let a_addr = format!("127.0.0.1:{}", free_port());
     let reg = registry.url();
     let a_args = ["--listen", a_addr.as_str(), "--registry", reg.as_str()];
@@ -565,10 +565,7 @@ async fn sigterm_to_an_engine_replica_behind_one_gateway_fails_nothing() {
         Proc::start_with_env(
             "mcp-service",
             &["--listen", "127.0.0.1:0", "--registry", &registry.url()],
-            &[
-                ("MCP_SERVICE_SHUTDOWN_GRACE_SECS", "10"),
-                ("MCP_SERVICE_STATE_SECRET", "replicas-share-this-secret-0123456789"),
-            ],
+            &[("MCP_SERVICE_SHUTDOWN_GRACE_SECS", "10"), e2e::SHARED_STATE_SECRET],
             "mcp-service",
         )
         .await

@@ -86,7 +86,7 @@ async fn served(gateway: &Proc) -> f64 {
 #[tokio::test]
 async fn two_gateways_and_two_engines_behind_round_robin() {
     let registry = Proc::start("registry-service", &["--listen", "127.0.0.1:0"], "registry-service").await;
-    let secret = [("MCP_SERVICE_STATE_SECRET", "replicas-share-this-secret-0123456789")];
+    let secret = [e2e::SHARED_STATE_SECRET];
     let args = ["--listen", "127.0.0.1:0", "--registry", &registry.url()];
     let mcp_a = Proc::start_with_env("mcp-service", &args, &secret, "mcp-service").await;
     let mcp_b = Proc::start_with_env("mcp-service", &args, &secret, "mcp-service").await;
@@ -191,10 +191,7 @@ async fn one_gateway_spreads_calls_over_engine_replicas() {
             Proc::start_with_env(
                 "mcp-service",
                 &["--listen", &listen, "--registry", &registry_target],
-                &[
-                    ("MCP_SERVICE_STATE_SECRET", "replicas-share-this-secret-0123456789"),
-                    ("MCP_SERVICE_METRICS_LISTEN", &metrics),
-                ],
+                &[e2e::SHARED_STATE_SECRET, ("MCP_SERVICE_METRICS_LISTEN", &metrics)],
                 "mcp-service",
             )
             .await
@@ -295,7 +292,7 @@ async fn legacy_sessions_keep_to_one_engine_replica() {
         Proc::start_with_env(
             "mcp-service",
             &["--listen", "127.0.0.1:0", "--registry", &registry.url()],
-            &[("MCP_SERVICE_STATE_SECRET", "replicas-share-this-secret-0123456789")],
+            &[e2e::SHARED_STATE_SECRET],
             "mcp-service",
         )
         .await

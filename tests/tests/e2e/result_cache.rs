@@ -546,7 +546,7 @@ async fn replicated(engines: usize, gateways: usize) -> (Vec<Proc>, tempfile::Te
     let defs = defs.to_str().expect("utf-8").to_owned();
     let registry =
         Proc::start("registry-service", &["--listen", "127.0.0.1:0", "--definitions", &defs], "registry-service").await;
-    let secret = [("MCP_SERVICE_STATE_SECRET", "replicas-share-this-secret-0123456789")];
+    let secret = [e2e::SHARED_STATE_SECRET];
     let mut engine_urls = Vec::new();
     let mut procs = vec![registry];
     for _ in 0..engines {
