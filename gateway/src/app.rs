@@ -336,7 +336,7 @@ async fn mcp_post(
         }
     };
     let labels = crate::observe::McpLabels { method, era: if era == Era::Modern { "modern" } else { "legacy" } };
-    crate::observe::record_mcp(&tracing::Span::current(), &labels, principal.as_ref().map(|p| p.subject.as_str()));
+    crate::observe::record_mcp(&labels, principal.as_ref().map(|p| p.subject.as_str()));
     // A fresh result is the answer; a named one is sent back for mcp-service to confirm.
     let mut named = None;
     // A read with nothing held goes first or waits for the one that did (`cache` module).

@@ -203,7 +203,7 @@ pub async fn serve_with(
 }
 
 /// Every request, before the routes: the header guard (a refusal is answered at once), the
-/// client's address behind trusted proxies, then one span and the metrics of the request
+/// client's address behind trusted proxies, then the request's log (and span) and metrics
 /// around the router's answer. A service of its own (not `axum::middleware::from_fn`, which
 /// boxes the rest of the stack, its call and its answer again for each request): one box
 /// per request.
@@ -234,11 +234,11 @@ impl tower::Service<axum::extract::Request> for Edge {
             return Box::pin(std::future::ready(Ok(refused)));
         }
         client_addr::apply(&self.checks.proxies, &mut req);
-        let observed = observe::Observed::start(&req);
+        let (observed, log) = observe::Observed::start(&req);
         let answer = observed.in_span(|| tower::Service::call(&mut self.router, req));
-        Box::pin(async move {
-            let Ok(resp) = observed.instrument(answer).await;
+        Box::pin(log.scope(async move {
+            let Ok(resp) = answer.await;
             Ok(observed.finish(resp))
-        })
+        }))
     }
 }

@@ -1,15 +1,16 @@
-//! One span and one set of metrics per HTTP request: the trace starts here (or continues the
-//! client's W3C `traceparent`), and `/metrics` shows requests by route, MCP method, era and
-//! status, their latency, and the requests in flight.
+//! One request log and one set of metrics per HTTP request: its fields go into the log lines
+//! written while it is served ([`mcp_proto::request_log`]), its trace starts here when traces
+//! are exported (or continues the client's W3C `traceparent`), and `/metrics` shows requests
+//! by route, MCP method, era and status, their latency, and the requests in flight.
 
 use std::sync::LazyLock;
 use std::time::Instant;
 
 use axum::extract::Request;
 use axum::response::{IntoResponse, Response};
+use mcp_proto::request_log::{Field, RequestLog};
 use mcp_proto::telemetry::Handles;
 use metrics::{Counter, Gauge, Histogram};
-use tracing::Instrument as _;
 use tracing::field::Empty;
 
 /// What `/mcp` learned about a request, for the metrics (set on the response).
@@ -45,16 +46,25 @@ fn span_name(method: &http::Method, route: &'static str) -> std::borrow::Cow<'st
     }
 }
 
-/// Record what `/mcp` learned about a request on its span.
-pub fn record_mcp(span: &tracing::Span, labels: &McpLabels, caller: Option<&str>) {
-    mcp_proto::telemetry::record_all(
-        span,
-        [
-            ("mcp.method", Some(&labels.method)),
-            ("mcp.era", Some(&labels.era)),
-            ("enduser.id", caller.as_ref().map(|c| c as &dyn tracing::Value)),
-        ],
-    );
+/// Record what `/mcp` learned about the request being served ([`mcp_proto::request_log`]).
+pub fn record_mcp(labels: &McpLabels, caller: Option<&str>) {
+    mcp_proto::request_log::record([
+        ("mcp.method", Some(labels.method.into())),
+        ("mcp.era", Some(labels.era.into())),
+        ("enduser.id", caller.map(|c| c.to_owned().into())),
+    ]);
+}
+
+/// A request's HTTP method as a log field (the usual ones not copied).
+fn http_method(method: &http::Method) -> Field {
+    use http::Method as M;
+    match *method {
+        M::GET => "GET".into(),
+        M::POST => "POST".into(),
+        M::DELETE => "DELETE".into(),
+        M::OPTIONS => "OPTIONS".into(),
+        _ => method.as_str().to_owned().into(),
+    }
 }
 
 /// One request's span, clock and place among the requests in flight, from its arrival
@@ -68,31 +78,44 @@ pub struct Observed {
 }
 
 impl Observed {
-    /// The request's span (continuing the client's `traceparent`), with the fields known now.
-    pub fn start(req: &Request) -> Self {
+    /// The request's fields known now, and its span when traces are exported (continuing the
+    /// client's `traceparent`): the request's [`RequestLog`] to serve it in.
+    pub fn start(req: &Request) -> (Self, RequestLog) {
         let route = route(req.uri().path());
         let method = req.method();
-        // Fields known now are set now: with JSON logs each later `record` re-reads and
-        // re-writes the span's formatted fields.
         let request_id = req.headers().get("x-request-id").and_then(|v| v.to_str().ok());
         let name = span_name(method, route);
-        let span = tracing::info_span!(
-            "gateway.request",
-            otel.name = name.as_ref(),
-            otel.kind = "server",
-            http.request.method = method.as_str(),
-            http.route = route,
-            http.response.status_code = Empty,
-            request_id = request_id,
-            trace_id = Empty,
-            mcp.method = Empty,
-            mcp.era = Empty,
-            enduser.id = Empty,
-        );
-        mcp_proto::telemetry::extract_http(&span, req.headers());
+        let span = if mcp_proto::telemetry::traces_on() {
+            tracing::info_span!(
+                "gateway.request",
+                otel.name = name.as_ref(),
+                otel.kind = "server",
+                http.request.method = method.as_str(),
+                http.route = route,
+                http.response.status_code = Empty,
+                request_id = request_id,
+                trace_id = Empty,
+                mcp.method = Empty,
+                mcp.era = Empty,
+                enduser.id = Empty,
+            )
+        } else {
+            tracing::Span::none()
+        };
+        let trace_id = mcp_proto::telemetry::extract_http(&span, req.headers());
+        let mut log = RequestLog::new("gateway.request", span.clone());
+        // The span was made with these.
+        log.set("otel.name", name.into());
+        log.set("otel.kind", "server".into());
+        log.set("http.request.method", http_method(method));
+        log.set("http.route", route.into());
+        if let Some(id) = request_id {
+            log.set("request_id", id.to_owned().into());
+        }
+        log.record([("trace_id", trace_id.map(Field::from))]);
         let in_flight = IN_FLIGHT.get((), |()| metrics::gauge!("gateway_http_in_flight_requests"));
         in_flight.increment(1.0);
-        Self { span, started: Instant::now(), route, in_flight }
+        (Self { span, started: Instant::now(), route, in_flight }, log)
     }
 
     /// `f` (the router's call, which starts the request's work) inside the request's span.
@@ -100,23 +123,19 @@ impl Observed {
         self.span.in_scope(f)
     }
 
-    /// `answer`, entering the request's span whenever it runs.
-    pub fn instrument<F: std::future::Future>(&self, answer: F) -> tracing::instrument::Instrumented<F> {
-        answer.instrument(self.span.clone())
-    }
-
-    /// The answer's status on the span, the access log line, the request's metrics.
+    /// The answer's status on the request, the access log line, the request's metrics: in the
+    /// request's [`RequestLog::scope`].
     pub fn finish(self, resp: Response) -> Response {
         let status = resp.status().as_u16();
-        self.span.record("http.response.status_code", status);
+        mcp_proto::request_log::record([("http.response.status_code", Some(status.into()))]);
         let (mcp_method, era) = resp.extensions().get::<McpLabels>().map_or(("", ""), |l| (l.method, l.era));
         let elapsed = self.started.elapsed().as_secs_f64();
         let elapsed_ms = elapsed * 1000.0;
         // The access log: refusals and failures at info, the rest at debug (LOG_LEVEL=debug).
         if status >= 400 {
-            tracing::info!(parent: &self.span, status, elapsed_ms, "request refused or failed");
+            tracing::info!(status, elapsed_ms, "request refused or failed");
         } else {
-            tracing::debug!(parent: &self.span, status, elapsed_ms, "request");
+            tracing::debug!(status, elapsed_ms, "request");
         }
         let (count, duration) = REQUESTS.get((self.route, mcp_method, era, status), |&(route, method, era, status)| {
             (

@@ -555,15 +555,12 @@ fn observe(env: &Envelope<'_>, era: Era, outcome: &Result<Answer, Error>, starte
         Err(_) => "error",
     };
     let code = outcome.as_ref().err().map(|e| e.code(Era::Modern).0);
-    mcp_proto::telemetry::record_all(
-        &tracing::Span::current(),
-        [
-            ("mcp.method", Some(&method)),
-            ("mcp.era", Some(&era)),
-            ("outcome", Some(&result)),
-            ("error.code", code.as_ref().map(|c| c as &dyn tracing::Value)),
-        ],
-    );
+    mcp_proto::request_log::record([
+        ("mcp.method", Some(method.into())),
+        ("mcp.era", Some(era.into())),
+        ("outcome", Some(result.into())),
+        ("error.code", code.map(Into::into)),
+    ]);
     let (count, duration) = REQUESTS.get((method, era, result), |&(method, era, result)| {
         (
             metrics::counter!("mcp_requests_total", "method" => method, "era" => era, "outcome" => result),

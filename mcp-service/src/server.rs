@@ -6,11 +6,11 @@ use std::sync::Arc;
 
 use futures_util::{Stream, StreamExt as _};
 use mcp_proto::mcp::{self as pb, mcp_service_server::McpService};
+use mcp_proto::request_log::{Field, RequestLog};
 use mcp_proto::vocab::Era;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
-use tracing::Instrument as _;
 
 use crate::context::{Context, Frame};
 use crate::dispatch::Engine;
@@ -35,27 +35,37 @@ fn frames(rx: mpsc::Receiver<Frame>) -> FrameStream {
     Box::pin(ReceiverStream::new(rx).map(|f| Ok(message(f))))
 }
 
-/// A request's work, in its span, and the frames it sends: the channel ends when the work does
+/// A request's work, in its request log (and span), and the frames it sends: the channel ends when the work does
 /// (the work holds its only sender).
 pub(crate) fn start(
     engine: Arc<Engine>,
     metadata: &tonic::metadata::MetadataMap,
     req: pb::McpRequest,
 ) -> (impl std::future::Future<Output = ()> + Send + 'static, mpsc::Receiver<Frame>) {
-    // Fields known now are set now: with JSON logs each later `record` re-writes the span's
-    // formatted fields.
-    let span = tracing::info_span!(
-        "mcp.handle",
-        otel.name = "mcp-service handle",
-        request_id = (!req.request_id.is_empty()).then_some(req.request_id.as_str()),
-        trace_id = tracing::field::Empty,
-        mcp.method = tracing::field::Empty,
-        mcp.era = tracing::field::Empty,
-        mcp.tool = tracing::field::Empty,
-        outcome = tracing::field::Empty,
-        error.code = tracing::field::Empty,
-    );
-    mcp_proto::telemetry::extract_grpc(&span, metadata);
+    // The span (only when traces are exported) is made with the fields known now.
+    let request_id = (!req.request_id.is_empty()).then_some(req.request_id.as_str());
+    let span = if mcp_proto::telemetry::traces_on() {
+        tracing::info_span!(
+            "mcp.handle",
+            otel.name = "mcp-service handle",
+            request_id = request_id,
+            trace_id = tracing::field::Empty,
+            mcp.method = tracing::field::Empty,
+            mcp.era = tracing::field::Empty,
+            mcp.tool = tracing::field::Empty,
+            outcome = tracing::field::Empty,
+            error.code = tracing::field::Empty,
+        )
+    } else {
+        tracing::Span::none()
+    };
+    let trace_id = mcp_proto::telemetry::extract_grpc(&span, metadata);
+    let mut log = RequestLog::new("mcp.handle", span);
+    log.set("otel.name", "mcp-service handle".into());
+    if let Some(id) = request_id {
+        log.set("request_id", id.to_owned().into());
+    }
+    log.record([("trace_id", trace_id.map(Field::from))]);
     let era = req.era();
     let transport = req.transport();
     // The request is taken apart, not copied.
@@ -76,7 +86,7 @@ pub(crate) fn start(
         if_tag: (!if_tag.is_empty()).then_some(if_tag),
     };
     let (tx, rx) = mpsc::channel(16);
-    (async move { engine.handle(&body, &ctx, &tx).await }.instrument(span), rx)
+    (log.scope(async move { engine.handle(&body, &ctx, &tx).await }), rx)
 }
 
 /// A frame as the `McpFrame` message it travels in.

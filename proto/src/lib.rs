@@ -8,6 +8,8 @@
 //!   shared by the HTTP edge and the stdio transport.
 //! - [`jsonrpc`]: reply and notification builders around a raw id.
 //! - [`body`]: request bodies read whole within a limit and a time (gateway, oauth-service).
+//! - [`request_log`]: the request being served, for its log lines (and its span when traces
+//!   are exported).
 //! - [`runtime`]: logging, configuration loading and shutdown signals shared by the binaries.
 //! - [`transport`]: one type for a gRPC connection over the network or in process.
 //! - [`balance`]: targets of one or several replicas, and calls spread over them.
@@ -26,6 +28,7 @@ pub mod link;
 pub mod log_fields;
 pub mod mimalloc;
 pub mod outbound;
+pub mod request_log;
 pub mod resident;
 pub mod runtime;
 pub mod socket;

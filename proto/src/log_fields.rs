@@ -118,7 +118,7 @@ impl<W: fmt::Write> Visit for Members<'_, W> {
     }
 }
 
-fn push_json_string(out: &mut impl fmt::Write, value: &str) {
+pub(crate) fn push_json_string(out: &mut impl fmt::Write, value: &str) {
     // Most values (names, methods, ids) need no escape: they are copied between quotes
     // without a string of their own.
     if !value.bytes().any(|b| b < 0x20 || b == b'"' || b == b'\\') {

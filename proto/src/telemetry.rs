@@ -22,6 +22,15 @@ use tracing_subscriber::{EnvFilter, Layer as _};
 
 static METRICS: OnceLock<Option<PrometheusHandle>> = OnceLock::new();
 
+/// Whether spans go to a collector (set by [`init`]).
+static TRACES_ON: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Whether spans go to a collector: the gateway and mcp-service make a request's span only
+/// then ([`crate::request_log`]).
+pub fn traces_on() -> bool {
+    TRACES_ON.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 /// A binary's own work for the upkeep thread, done every [`UPKEEP_EVERY`]: see [`every_second`].
 static EVERY_SECOND: OnceLock<fn()> = OnceLock::new();
 
@@ -86,17 +95,16 @@ pub fn init(service: &'static str) -> Telemetry {
     let json = std::env::var("LOG_FORMAT").is_ok_and(|f| f.eq_ignore_ascii_case("json"));
     let fmt = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
     let fmt = if json {
-        // Each line carries the fields of the span it happened in: trace_id, request_id, the
-        // MCP method and era.
-        fmt.json()
-            .flatten_event(true)
-            .with_current_span(true)
-            .with_span_list(false)
+        // Each line carries the fields of the request or span it happened in: trace_id,
+        // request_id, the MCP method and era.
+        let lines = tracing_subscriber::fmt::format().json().flatten_event(true).with_current_span(true);
+        fmt.event_format(crate::request_log::RequestFormat::json(lines.with_span_list(false)))
             .fmt_fields(crate::log_fields::AppendJsonFields)
             .with_filter(filter)
             .boxed()
     } else {
-        fmt.with_ansi(false).with_filter(filter).boxed()
+        let lines = crate::request_log::RequestFormat::text(tracing_subscriber::fmt::format().with_ansi(false));
+        fmt.with_ansi(false).event_format(lines).with_filter(filter).boxed()
     };
 
     let mut problem = None;
@@ -116,6 +124,7 @@ pub fn init(service: &'static str) -> Telemetry {
         None
     };
     opentelemetry::global::set_text_map_propagator(opentelemetry_sdk::propagation::TraceContextPropagator::new());
+    TRACES_ON.store(tracer.is_some(), std::sync::atomic::Ordering::Relaxed);
     let otel = tracer.as_ref().map(|provider| {
         // Only our spans go to the collector, not every dependency's.
         let targets = EnvFilter::new(
@@ -335,49 +344,43 @@ impl Injector for MetadataInjector<'_> {
     }
 }
 
-/// Make `span` a child of the trace named by the request's `traceparent`, if any, and record
-/// the trace id in its `trace_id` field (so log lines carry it, with or without an exporter).
-pub fn extract_http(span: &tracing::Span, headers: &http::HeaderMap) {
+/// Make `span` a child of the trace named by the request's `traceparent`, if any (when traces
+/// are exported), and return the trace id for its log lines: the span's when it has one, else
+/// the one the `traceparent` names.
+pub fn extract_http(span: &tracing::Span, headers: &http::HeaderMap) -> Option<String> {
     let carrier = HeaderCarrier(headers);
-    if headers.contains_key("traceparent") {
-        let cx = opentelemetry::global::get_text_map_propagator(|p| p.extract(&carrier));
-        let _ = span.set_parent(cx);
-    }
-    record_trace_id(span, carrier.get("traceparent"));
+    continue_trace(span, &carrier, carrier.get("traceparent"))
 }
 
-/// Make `span` a child of the trace the caller's gRPC metadata names, if any (and record its
-/// trace id, as [`extract_http`]).
-pub fn extract_grpc(span: &tracing::Span, metadata: &tonic::metadata::MetadataMap) {
+/// As [`extract_http`], from the caller's gRPC metadata.
+pub fn extract_grpc(span: &tracing::Span, metadata: &tonic::metadata::MetadataMap) -> Option<String> {
     let carrier = MetadataCarrier(metadata);
-    if metadata.contains_key("traceparent") {
-        let cx = opentelemetry::global::get_text_map_propagator(|p| p.extract(&carrier));
-        let _ = span.set_parent(cx);
-    }
-    record_trace_id(span, carrier.get("traceparent"));
+    continue_trace(span, &carrier, carrier.get("traceparent"))
 }
 
-/// The span's trace id: from the exporter's context when traces are on, else from the
-/// `traceparent` the caller sent.
-fn record_trace_id(span: &tracing::Span, traceparent: Option<&str>) {
+fn continue_trace(span: &tracing::Span, carrier: &dyn Extractor, traceparent: Option<&str>) -> Option<String> {
     use opentelemetry::trace::TraceContextExt as _;
-    let cx = span.context();
-    let sc = cx.span().span_context().clone();
-    let id = if sc.is_valid() {
-        Some(sc.trace_id().to_string())
-    } else {
-        traceparent.and_then(|tp| {
-            let id = tp.split('-').nth(1)?;
-            (id.len() == 32 && id.bytes().all(|b| b.is_ascii_hexdigit())).then(|| id.to_ascii_lowercase())
-        })
-    };
-    if let Some(id) = id {
-        span.record("trace_id", id.as_str());
+    if !span.is_disabled() {
+        if traceparent.is_some() {
+            let cx = opentelemetry::global::get_text_map_propagator(|p| p.extract(carrier));
+            let _ = span.set_parent(cx);
+        }
+        let cx = span.context();
+        let trace = cx.span();
+        let sc = trace.span_context();
+        if sc.is_valid() {
+            return Some(sc.trace_id().to_string());
+        }
     }
+    let id = traceparent?.split('-').nth(1)?;
+    (id.len() == 32 && id.bytes().all(|b| b.is_ascii_hexdigit())).then(|| id.to_ascii_lowercase())
 }
 
 /// Carry the current span's trace to the next gRPC hop.
 pub fn inject_grpc(metadata: &mut tonic::metadata::MetadataMap) {
+    if !traces_on() {
+        return;
+    }
     let cx = tracing::Span::current().context();
     opentelemetry::global::get_text_map_propagator(|p| p.inject_context(&cx, &mut MetadataInjector(metadata)));
 }

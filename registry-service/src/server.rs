@@ -203,7 +203,9 @@ impl Registry for RegistryService {
 fn server_span<T>(name: &'static str, req: &Request<T>) -> tracing::Span {
     let span =
         tracing::info_span!("registry.call", otel.name = name, otel.kind = "server", trace_id = tracing::field::Empty);
-    mcp_proto::telemetry::extract_grpc(&span, req.metadata());
+    if let Some(id) = mcp_proto::telemetry::extract_grpc(&span, req.metadata()) {
+        span.record("trace_id", id);
+    }
     span
 }
 

@@ -16,7 +16,7 @@ pub fn list(req: &Request<'_>, catalog: &CatalogView, page_size: usize) -> Resul
 
 pub async fn call(engine: &Engine, req: &Request<'_>, catalog: &CatalogView) -> Result<Value, Error> {
     let name = req.required_str("name")?;
-    tracing::Span::current().record("mcp.tool", name);
+    mcp_proto::request_log::record([("mcp.tool", Some(name.to_owned().into()))]);
     // Clients may leave `arguments` out; that is `{}`.
     let arguments = match req.params.get("arguments") {
         None | Some(Value::Null) => json!({}),

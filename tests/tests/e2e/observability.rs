@@ -325,6 +325,10 @@ async fn log_lines_carry_trace_and_request_ids() {
     let v: serde_json::Value = serde_json::from_str(&line).expect("a JSON line");
     assert_eq!(v["span"]["trace_id"], trace_id, "{line}");
     assert_eq!(v["span"]["request_id"], "req-e2e-42", "{line}");
+    // What the request learnt as it went: its era and method, and its answer's status.
+    assert_eq!(v["span"]["name"], "gateway.request", "{line}");
+    assert_eq!(v["span"]["mcp.era"], "modern", "{line}");
+    assert_eq!(v["span"]["http.response.status_code"], r.status, "{line}");
     assert!(!gw.log_text().contains("secret-bearer-value"));
 }
 

@@ -1,0 +1,426 @@
+//! The request being served: its fields for the log lines written while it is, and its span
+//! when traces go to a collector.
+//!
+//! A tracing span per request cost about a sixth of a `tools/call`'s CPU through the
+//! microservices and a tenth of a list answered at the edge (docs/performance.md): the
+//! registry kept it, the log layer formatted its fields when it was made and again on each
+//! record, and it was entered and left on every poll. Its fields were read only when a line
+//! was logged during the request, which under load is seldom. So the gateway and mcp-service
+//! keep a request's fields in a task-local [`RequestLog`], cheap to fill, and [`RequestFormat`]
+//! writes them into a line only when one is logged, as the span's fields were (the `span`
+//! member of a JSON line, `name{…}: ` after the level of a text one). The span itself is made
+//! only when traces are exported ([`crate::telemetry::traces_on`]); then what is recorded goes
+//! to both, and a line logged in the span is written from it, as before.
+
+use std::borrow::Cow;
+use std::cell::RefCell;
+use std::fmt::{self, Write as _};
+
+use tracing::{Event, Subscriber};
+use tracing_subscriber::fmt::format::Writer;
+use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormatFields};
+use tracing_subscriber::registry::LookupSpan;
+
+tokio::task_local! {
+    static REQUEST: RefCell<RequestLog>;
+}
+
+/// A field's value.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Field {
+    Static(&'static str),
+    Owned(String),
+    I64(i64),
+    U64(u64),
+    Bool(bool),
+}
+
+impl From<&'static str> for Field {
+    fn from(s: &'static str) -> Self {
+        Field::Static(s)
+    }
+}
+
+impl From<Cow<'static, str>> for Field {
+    fn from(s: Cow<'static, str>) -> Self {
+        match s {
+            Cow::Borrowed(s) => Field::Static(s),
+            Cow::Owned(s) => Field::Owned(s),
+        }
+    }
+}
+
+impl From<String> for Field {
+    fn from(s: String) -> Self {
+        Field::Owned(s)
+    }
+}
+
+impl From<i64> for Field {
+    fn from(v: i64) -> Self {
+        Field::I64(v)
+    }
+}
+
+impl From<i32> for Field {
+    fn from(v: i32) -> Self {
+        Field::I64(v.into())
+    }
+}
+
+impl From<u64> for Field {
+    fn from(v: u64) -> Self {
+        Field::U64(v)
+    }
+}
+
+impl From<u16> for Field {
+    fn from(v: u16) -> Self {
+        Field::U64(v.into())
+    }
+}
+
+impl From<bool> for Field {
+    fn from(v: bool) -> Self {
+        Field::Bool(v)
+    }
+}
+
+impl Field {
+    fn as_value(&self) -> &dyn tracing::Value {
+        match self {
+            Field::Static(s) => s,
+            Field::Owned(s) => s,
+            Field::I64(v) => v,
+            Field::U64(v) => v,
+            Field::Bool(v) => v,
+        }
+    }
+}
+
+/// One request's name and fields (in the order first set), and its span (disabled unless
+/// traces are exported).
+#[derive(Debug)]
+pub struct RequestLog {
+    name: &'static str,
+    fields: Vec<(&'static str, Field)>,
+    span: tracing::Span,
+}
+
+impl RequestLog {
+    /// A request named `name` (what its span is named), with `span` (`Span::none()` when
+    /// traces are not exported).
+    pub fn new(name: &'static str, span: tracing::Span) -> Self {
+        Self { name, fields: Vec::with_capacity(10), span }
+    }
+
+    /// The request's span (disabled unless traces are exported).
+    pub fn span(&self) -> &tracing::Span {
+        &self.span
+    }
+
+    /// Set field `name` here only: for a field the span was made with.
+    pub fn set(&mut self, name: &'static str, value: Field) {
+        match self.fields.iter_mut().find(|(n, _)| *n == name) {
+            Some((_, v)) => *v = value,
+            None => self.fields.push((name, value)),
+        }
+    }
+
+    /// Set fields; a value of `None` sets nothing. The span gets them too, when it has every
+    /// one of the names (as [`crate::telemetry::record_all`]).
+    pub fn record<const N: usize>(&mut self, values: [(&'static str, Option<Field>); N]) {
+        if !self.span.is_disabled() {
+            let on_span: [(&str, Option<&dyn tracing::Value>); N] =
+                std::array::from_fn(|i| (values[i].0, values[i].1.as_ref().map(Field::as_value)));
+            crate::telemetry::record_all(&self.span, on_span);
+        }
+        for (name, value) in values {
+            if let Some(value) = value {
+                self.set(name, value);
+            }
+        }
+    }
+
+    /// The value of field `name`, if set.
+    pub fn get(&self, name: &str) -> Option<&Field> {
+        self.fields.iter().find(|(n, _)| *n == name).map(|(_, v)| v)
+    }
+
+    /// `work` with this as the request being served while it runs (and in its span, when
+    /// there is one).
+    pub fn scope<F: Future>(self, work: F) -> impl Future<Output = F::Output> {
+        use tracing::Instrument as _;
+        let span = self.span.clone();
+        REQUEST.scope(RefCell::new(self), work.instrument(span))
+    }
+
+    /// The fields as the members of a JSON object, its `name` last (as a span's are written).
+    fn write_json(&self, out: &mut String) {
+        out.push('{');
+        for (name, value) in &self.fields {
+            crate::log_fields::push_json_string(out, name);
+            out.push(':');
+            match value {
+                Field::Static(s) => crate::log_fields::push_json_string(out, s),
+                Field::Owned(s) => crate::log_fields::push_json_string(out, s),
+                Field::I64(v) => {
+                    let _ = write!(out, "{v}");
+                }
+                Field::U64(v) => {
+                    let _ = write!(out, "{v}");
+                }
+                Field::Bool(v) => out.push_str(if *v { "true" } else { "false" }),
+            }
+            out.push(',');
+        }
+        out.push_str("\"name\":");
+        crate::log_fields::push_json_string(out, self.name);
+        out.push('}');
+    }
+
+    /// `name{field=value …}: ` as the text format writes a span (strings quoted as `Debug`
+    /// quotes them).
+    fn write_text(&self, out: &mut String) {
+        out.push_str(self.name);
+        if !self.fields.is_empty() {
+            out.push('{');
+            for (i, (name, value)) in self.fields.iter().enumerate() {
+                if i > 0 {
+                    out.push(' ');
+                }
+                let _ = match value {
+                    Field::Static(s) => write!(out, "{name}={s:?}"),
+                    Field::Owned(s) => write!(out, "{name}={s:?}"),
+                    Field::I64(v) => write!(out, "{name}={v}"),
+                    Field::U64(v) => write!(out, "{name}={v}"),
+                    Field::Bool(v) => write!(out, "{name}={v}"),
+                };
+            }
+            out.push('}');
+        }
+        out.push_str(": ");
+    }
+}
+
+/// Set fields on the request being served (nothing outside one): see [`RequestLog::record`].
+pub fn record<const N: usize>(values: [(&'static str, Option<Field>); N]) {
+    let _ = REQUEST.try_with(|log| {
+        if let Ok(mut log) = log.try_borrow_mut() {
+            log.record(values);
+        }
+    });
+}
+
+/// Log lines with the fields of the request they are written in: an event formatter around
+/// tracing-subscriber's own (`json` for its JSON lines, else its text ones). A line logged in
+/// a span is the inner formatter's alone, as is one logged outside any request.
+pub struct RequestFormat<F> {
+    inner: F,
+    json: bool,
+}
+
+impl<F> RequestFormat<F> {
+    /// Around tracing-subscriber's JSON format (flattened, with the current span).
+    pub fn json(inner: F) -> Self {
+        Self { inner, json: true }
+    }
+
+    /// Around tracing-subscriber's full text format, without colours.
+    pub fn text(inner: F) -> Self {
+        Self { inner, json: false }
+    }
+}
+
+impl<S, N, F> FormatEvent<S, N> for RequestFormat<F>
+where
+    S: Subscriber + for<'a> LookupSpan<'a>,
+    N: for<'a> FormatFields<'a> + 'static,
+    F: FormatEvent<S, N>,
+{
+    fn format_event(&self, ctx: &FmtContext<'_, S, N>, mut writer: Writer<'_>, event: &Event<'_>) -> fmt::Result {
+        if ctx.parent_span().is_some() {
+            return self.inner.format_event(ctx, writer, event);
+        }
+        let line = REQUEST.try_with(|log| {
+            let log = log.try_borrow().ok()?;
+            let mut line = String::new();
+            if self.inner.format_event(ctx, Writer::new(&mut line), event).is_err() {
+                return None;
+            }
+            let mut fields = String::new();
+            if self.json {
+                // `{…}\n`: the span member goes before the closing brace.
+                let end = line.rfind('}')?;
+                fields.push_str(",\"span\":");
+                log.write_json(&mut fields);
+                line.insert_str(end, &fields);
+            } else {
+                // `<time> <level> <target>: …`: the span goes after the level.
+                let level = format!("{:>5} ", event.metadata().level());
+                let at = line.find(&level)? + level.len();
+                log.write_text(&mut fields);
+                line.insert_str(at, &fields);
+            }
+            Some(line)
+        });
+        match line {
+            Ok(Some(line)) => writer.write_str(&line),
+            _ => self.inner.format_event(ctx, writer, event),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write;
+    use std::sync::{Arc, Mutex};
+
+    use serde_json::Value;
+    use tracing_subscriber::fmt::format;
+    use tracing_subscriber::layer::SubscriberExt as _;
+
+    use super::*;
+
+    #[derive(Clone, Default)]
+    struct Lines(Arc<Mutex<Vec<u8>>>);
+
+    impl Write for Lines {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().expect("lines").extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    impl Lines {
+        fn text(&self) -> String {
+            String::from_utf8(self.0.lock().expect("lines").clone()).expect("utf-8")
+        }
+    }
+
+    /// The lines `log` writes through the services' layer (JSON or text), on a runtime of one
+    /// thread.
+    fn logged(json: bool, log: impl Future<Output = ()>) -> String {
+        let lines = Lines::default();
+        let writer = lines.clone();
+        let layer = tracing_subscriber::fmt::layer().with_ansi(false).with_writer(move || writer.clone());
+        let runtime = tokio::runtime::Builder::new_current_thread().build().expect("runtime");
+        if json {
+            let layer = layer
+                .event_format(RequestFormat::json(
+                    format().json().flatten_event(true).with_current_span(true).with_span_list(false),
+                ))
+                .fmt_fields(crate::log_fields::AppendJsonFields);
+            tracing::subscriber::with_default(tracing_subscriber::registry().with(layer), || runtime.block_on(log));
+        } else {
+            let layer = layer.event_format(RequestFormat::text(format().with_ansi(false)));
+            tracing::subscriber::with_default(tracing_subscriber::registry().with(layer), || runtime.block_on(log));
+        }
+        lines.text()
+    }
+
+    /// The request's fields, in a span (`in_span`) or in a request log.
+    async fn a_request(in_span: bool) {
+        let request_id = "r-1".to_owned();
+        if in_span {
+            let span = tracing::info_span!(
+                "gateway.request",
+                otel.name = "POST /mcp",
+                request_id = request_id.as_str(),
+                trace_id = tracing::field::Empty,
+                http.response.status_code = tracing::field::Empty,
+                ok = tracing::field::Empty,
+                note = tracing::field::Empty,
+            );
+            crate::telemetry::record_all(
+                &span,
+                [
+                    ("trace_id", Some(&"0af7651916cd43dd8448eb211c80319c" as &dyn tracing::Value)),
+                    ("http.response.status_code", Some(&404u16)),
+                    ("ok", Some(&false)),
+                    ("note", Some(&"a \"quoted\"\nline")),
+                ],
+            );
+            span.in_scope(|| tracing::info!(elapsed_ms = 0.5, "request refused or failed"));
+        } else {
+            let mut log = RequestLog::new("gateway.request", tracing::Span::none());
+            log.record([("otel.name", Some("POST /mcp".into())), ("request_id", Some(request_id.into()))]);
+            log.scope(async {
+                record([
+                    ("trace_id", Some("0af7651916cd43dd8448eb211c80319c".into())),
+                    ("http.response.status_code", Some(404u16.into())),
+                    ("ok", Some(false.into())),
+                    ("nothing", None),
+                    ("note", Some("a \"quoted\"\nline".into())),
+                ]);
+                tokio::task::yield_now().await;
+                tracing::info!(elapsed_ms = 0.5, "request refused or failed");
+            })
+            .await;
+        }
+    }
+
+    fn without_time(line: &str) -> &str {
+        line.split_once(' ').map_or(line, |(_, rest)| rest)
+    }
+
+    #[test]
+    fn a_json_line_carries_the_request_fields_as_a_span_would() {
+        let from_span: Value = serde_json::from_str(logged(true, a_request(true)).trim()).expect("json");
+        let from_log: Value = serde_json::from_str(logged(true, a_request(false)).trim()).expect("json");
+        let (mut a, mut b) = (from_span, from_log);
+        a.as_object_mut().expect("object").remove("timestamp");
+        b.as_object_mut().expect("object").remove("timestamp");
+        assert_eq!(a, b);
+        assert_eq!(b["span"]["request_id"], "r-1");
+        assert_eq!(b["span"]["trace_id"], "0af7651916cd43dd8448eb211c80319c");
+        assert_eq!(b["span"]["http.response.status_code"], 404);
+        assert_eq!(b["span"]["note"], "a \"quoted\"\nline");
+        assert!(b["span"].get("nothing").is_none(), "{b}");
+        assert_eq!(b["elapsed_ms"], 0.5);
+    }
+
+    #[test]
+    fn a_text_line_carries_the_request_fields_as_a_span_would() {
+        let from_span = logged(false, a_request(true));
+        let from_log = logged(false, a_request(false));
+        assert_eq!(without_time(&from_span), without_time(&from_log));
+        assert!(from_log.contains(r#"gateway.request{otel.name="POST /mcp" request_id="r-1""#), "{from_log}");
+    }
+
+    #[test]
+    fn lines_outside_a_request_or_in_a_span_of_their_own_are_the_inner_formats() {
+        let text = logged(true, async {
+            tracing::info!("before");
+            let log = RequestLog::new("mcp.handle", tracing::Span::none());
+            log.scope(async {
+                record([("request_id", Some("r-2".into()))]);
+                tracing::info_span!("inner", step = 1).in_scope(|| tracing::info!("in a span"));
+            })
+            .await;
+            record([("request_id", Some("r-3".into()))]);
+            tracing::info!("after");
+        });
+        let lines: Vec<Value> = text.lines().map(|l| serde_json::from_str(l).expect("json")).collect();
+        assert_eq!(lines.len(), 3, "{text}");
+        assert!(lines[0].get("span").is_none(), "{text}");
+        assert_eq!(lines[1]["span"]["name"], "inner");
+        assert_eq!(lines[1]["span"]["step"], 1);
+        assert!(lines[2].get("span").is_none(), "{text}");
+    }
+
+    #[test]
+    fn a_field_set_again_keeps_its_place_and_takes_the_new_value() {
+        let mut log = RequestLog::new("r", tracing::Span::none());
+        log.record([("a", Some(1i64.into())), ("b", Some("x".into()))]);
+        log.record([("a", Some(2i64.into())), ("a", None)]);
+        assert_eq!(log.fields, vec![("a", Field::I64(2)), ("b", Field::from("x"))]);
+        assert_eq!(log.get("b"), Some(&Field::from("x")));
+        let mut json = String::new();
+        log.write_json(&mut json);
+        assert_eq!(json, r#"{"a":2,"b":"x","name":"r"}"#);
+    }
+}
