@@ -67,7 +67,8 @@ fn http_method(method: &http::Method) -> Field {
     }
 }
 
-/// One request's span, clock and place among the requests in flight, from its arrival
+/// One request's span (when traces are exported), clock and place among the requests in
+/// flight, from its arrival
 /// ([`Observed::start`]) to its answer ([`Observed::finish`]). A request dropped before its
 /// answer (the client went away) leaves the requests in flight all the same.
 pub struct Observed {
@@ -118,7 +119,8 @@ impl Observed {
         (Self { span, started: Instant::now(), route, in_flight }, log)
     }
 
-    /// `f` (the router's call, which starts the request's work) inside the request's span.
+    /// `f` (the router's call, which makes the request's work: axum's handlers start when
+    /// polled, in the request's log) inside the request's span, when there is one.
     pub fn in_span<T>(&self, f: impl FnOnce() -> T) -> T {
         self.span.in_scope(f)
     }

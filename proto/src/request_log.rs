@@ -1,16 +1,18 @@
 //! The request being served: its fields for the log lines written while it is, and its span
 //! when traces go to a collector.
 //!
-//! A tracing span per request cost about a sixth of a `tools/call`'s CPU through the
-//! microservices and a tenth of a list answered at the edge (docs/performance.md): the
-//! registry kept it, the log layer formatted its fields when it was made and again on each
-//! record, and it was entered and left on every poll. Its fields were read only when a line
-//! was logged during the request, which under load is seldom. So the gateway and mcp-service
-//! keep a request's fields in a task-local [`RequestLog`], cheap to fill, and [`RequestFormat`]
-//! writes them into a line only when one is logged, as the span's fields were (the `span`
-//! member of a JSON line, `name{…}: ` after the level of a text one). The span itself is made
-//! only when traces are exported ([`crate::telemetry::traces_on`]); then what is recorded goes
-//! to both, and a line logged in the span is written from it, as before.
+//! A tracing span per request was kept by tracing's registry, had its fields formatted by the
+//! log layer when it was made and again on each record, and was entered and left on every
+//! poll, for the few lines logged while a request is served. Turned off (its target filtered
+//! out), lists answered at the edge took a tenth less CPU and calls through the microservices a
+//! sixth less; keeping the fields here instead bought most of that (docs/performance.md, What
+//! each optimisation bought). The gateway and mcp-service keep a request's fields in a
+//! task-local [`RequestLog`], cheap to fill, and [`RequestFormat`] writes them into a line only
+//! when one is logged, as the span's fields were (the `span` member of a JSON line,
+//! `name{…}: ` after the level of a text one). The span itself is made only when traces are
+//! exported ([`crate::telemetry::traces_on`]); then what is recorded goes to both, and a line
+//! logged in the span is written from it, as before. Without traces, span filters in
+//! `RUST_LOG` (`[gateway.request]=debug`) have no request span to match.
 
 use std::borrow::Cow;
 use std::cell::RefCell;
@@ -114,11 +116,6 @@ impl RequestLog {
         Self { name, fields: Vec::with_capacity(10), span }
     }
 
-    /// The request's span (disabled unless traces are exported).
-    pub fn span(&self) -> &tracing::Span {
-        &self.span
-    }
-
     /// Set field `name` here only: for a field the span was made with.
     pub fn set(&mut self, name: &'static str, value: Field) {
         match self.fields.iter_mut().find(|(n, _)| *n == name) {
@@ -140,11 +137,6 @@ impl RequestLog {
                 self.set(name, value);
             }
         }
-    }
-
-    /// The value of field `name`, if set.
-    pub fn get(&self, name: &str) -> Option<&Field> {
-        self.fields.iter().find(|(n, _)| *n == name).map(|(_, v)| v)
     }
 
     /// `work` with this as the request being served while it runs (and in its span, when
@@ -179,7 +171,7 @@ impl RequestLog {
         out.push('}');
     }
 
-    /// `name{field=value …}: ` as the text format writes a span (strings quoted as `Debug`
+    /// `name{field=value …}` as the text format writes a span (strings quoted as `Debug`
     /// quotes them).
     fn write_text(&self, out: &mut String) {
         out.push_str(self.name);
@@ -199,7 +191,6 @@ impl RequestLog {
             }
             out.push('}');
         }
-        out.push_str(": ");
     }
 }
 
@@ -213,8 +204,10 @@ pub fn record<const N: usize>(values: [(&'static str, Option<Field>); N]) {
 }
 
 /// Log lines with the fields of the request they are written in: an event formatter around
-/// tracing-subscriber's own (`json` for its JSON lines, else its text ones). A line logged in
-/// a span is the inner formatter's alone, as is one logged outside any request.
+/// tracing-subscriber's own (`json` for its JSON lines, else its text ones), for which the
+/// request is the span it was: a JSON line in another span shows that span (the innermost, as
+/// before), a text line shows the request first in its scope. A line logged outside any
+/// request is the inner formatter's alone. The inner formatter writes without colours.
 pub struct RequestFormat<F> {
     inner: F,
     json: bool,
@@ -239,15 +232,24 @@ where
     F: FormatEvent<S, N>,
 {
     fn format_event(&self, ctx: &FmtContext<'_, S, N>, mut writer: Writer<'_>, event: &Event<'_>) -> fmt::Result {
-        if ctx.parent_span().is_some() {
-            return self.inner.format_event(ctx, writer, event);
-        }
+        // Whether the inner formatter writes a span of its own: JSON the event's parent or else
+        // the current span (a root event's too), text the whole scope from the root.
+        let spans = if self.json {
+            event.parent().and_then(|id| ctx.span(id)).or_else(|| ctx.lookup_current()).is_some()
+        } else {
+            ctx.event_scope().is_some()
+        };
         let line = REQUEST.try_with(|log| {
             let log = log.try_borrow().ok()?;
-            let mut line = String::new();
-            if self.inner.format_event(ctx, Writer::new(&mut line), event).is_err() {
+            // A span the inner formatter writes stands for the request in a JSON line, as the
+            // innermost span did; a text line puts the request before the scope, as its root
+            // did, unless the request's span is in that scope (traces exported).
+            let splice = !spans || (!self.json && log.span.is_disabled());
+            if !splice {
                 return None;
             }
+            let mut line = String::new();
+            self.inner.format_event(ctx, Writer::new(&mut line), event).ok()?;
             let mut fields = String::new();
             if self.json {
                 // `{…}\n`: the span member goes before the closing brace.
@@ -256,10 +258,11 @@ where
                 log.write_json(&mut fields);
                 line.insert_str(end, &fields);
             } else {
-                // `<time> <level> <target>: …`: the span goes after the level.
+                // `<time> <level> <scope>: <target>: …`: the request goes first in the scope.
                 let level = format!("{:>5} ", event.metadata().level());
                 let at = line.find(&level)? + level.len();
                 log.write_text(&mut fields);
+                fields.push_str(if spans { ":" } else { ": " });
                 line.insert_str(at, &fields);
             }
             Some(line)
@@ -322,8 +325,19 @@ mod tests {
         lines.text()
     }
 
-    /// The request's fields, in a span (`in_span`) or in a request log.
-    async fn a_request(in_span: bool) {
+    /// A line at `level` (its name), in a request whose fields are a span's (`in_span`) or a
+    /// request log's, inside a span of its own when `nested`.
+    async fn a_request(in_span: bool, level: &str, nested: bool) {
+        let line = || {
+            let inner = if nested { tracing::info_span!("inner", step = 1) } else { tracing::Span::none() };
+            inner.in_scope(|| match level {
+                "ERROR" => tracing::error!(elapsed_ms = 0.5, "request refused or failed"),
+                "WARN" => tracing::warn!(elapsed_ms = 0.5, "request refused or failed"),
+                "DEBUG" => tracing::debug!(elapsed_ms = 0.5, "request refused or failed"),
+                "TRACE" => tracing::trace!(elapsed_ms = 0.5, "request refused or failed"),
+                _ => tracing::info!(elapsed_ms = 0.5, "request refused or failed"),
+            });
+        };
         let request_id = "r-1".to_owned();
         if in_span {
             let span = tracing::info_span!(
@@ -344,10 +358,11 @@ mod tests {
                     ("note", Some(&"a \"quoted\"\nline")),
                 ],
             );
-            span.in_scope(|| tracing::info!(elapsed_ms = 0.5, "request refused or failed"));
+            span.in_scope(line);
         } else {
             let mut log = RequestLog::new("gateway.request", tracing::Span::none());
-            log.record([("otel.name", Some("POST /mcp".into())), ("request_id", Some(request_id.into()))]);
+            log.set("otel.name", "POST /mcp".into());
+            log.set("request_id", request_id.into());
             log.scope(async {
                 record([
                     ("trace_id", Some("0af7651916cd43dd8448eb211c80319c".into())),
@@ -357,7 +372,7 @@ mod tests {
                     ("note", Some("a \"quoted\"\nline".into())),
                 ]);
                 tokio::task::yield_now().await;
-                tracing::info!(elapsed_ms = 0.5, "request refused or failed");
+                line();
             })
             .await;
         }
@@ -367,49 +382,91 @@ mod tests {
         line.split_once(' ').map_or(line, |(_, rest)| rest)
     }
 
+    const LEVELS: [&str; 5] = ["ERROR", "WARN", "INFO", "DEBUG", "TRACE"];
+
     #[test]
     fn a_json_line_carries_the_request_fields_as_a_span_would() {
-        let from_span: Value = serde_json::from_str(logged(true, a_request(true)).trim()).expect("json");
-        let from_log: Value = serde_json::from_str(logged(true, a_request(false)).trim()).expect("json");
-        let (mut a, mut b) = (from_span, from_log);
-        a.as_object_mut().expect("object").remove("timestamp");
-        b.as_object_mut().expect("object").remove("timestamp");
-        assert_eq!(a, b);
-        assert_eq!(b["span"]["request_id"], "r-1");
-        assert_eq!(b["span"]["trace_id"], "0af7651916cd43dd8448eb211c80319c");
-        assert_eq!(b["span"]["http.response.status_code"], 404);
-        assert_eq!(b["span"]["note"], "a \"quoted\"\nline");
-        assert!(b["span"].get("nothing").is_none(), "{b}");
-        assert_eq!(b["elapsed_ms"], 0.5);
+        for (level, nested) in LEVELS.iter().flat_map(|l| [(*l, false), (*l, true)]) {
+            let from_span = logged(true, a_request(true, level, nested));
+            let from_log = logged(true, a_request(false, level, nested));
+            assert_eq!(from_log.matches("\"span\"").count(), 1, "{from_log}");
+            let parse = |line: &str| -> Value {
+                let mut v: Value = serde_json::from_str(line.trim()).expect("json");
+                v.as_object_mut().expect("object").remove("timestamp");
+                v
+            };
+            let (a, b) = (parse(&from_span), parse(&from_log));
+            assert_eq!(a, b, "{level}, nested: {nested}");
+            assert_eq!(b["level"], level);
+            assert_eq!(b["elapsed_ms"], 0.5);
+            if nested {
+                // The innermost span, as a span's line showed.
+                assert_eq!(b["span"], serde_json::json!({"name": "inner", "step": 1}));
+                continue;
+            }
+            assert_eq!(b["span"]["request_id"], "r-1");
+            assert_eq!(b["span"]["trace_id"], "0af7651916cd43dd8448eb211c80319c");
+            assert_eq!(b["span"]["http.response.status_code"], 404);
+            assert_eq!(b["span"]["note"], "a \"quoted\"\nline");
+            assert!(b["span"].get("nothing").is_none(), "{b}");
+        }
     }
 
     #[test]
     fn a_text_line_carries_the_request_fields_as_a_span_would() {
-        let from_span = logged(false, a_request(true));
-        let from_log = logged(false, a_request(false));
-        assert_eq!(without_time(&from_span), without_time(&from_log));
-        assert!(from_log.contains(r#"gateway.request{otel.name="POST /mcp" request_id="r-1""#), "{from_log}");
+        for (level, nested) in LEVELS.iter().flat_map(|l| [(*l, false), (*l, true)]) {
+            let from_span = logged(false, a_request(true, level, nested));
+            let from_log = logged(false, a_request(false, level, nested));
+            assert_eq!(without_time(&from_span), without_time(&from_log), "{level}, nested: {nested}");
+            let request = r#"gateway.request{otel.name="POST /mcp" request_id="r-1""#;
+            assert!(from_log.contains(request), "{from_log}");
+            assert_eq!(from_log.contains("}:inner{step=1}: "), nested, "{from_log}");
+        }
     }
 
     #[test]
-    fn lines_outside_a_request_or_in_a_span_of_their_own_are_the_inner_formats() {
+    fn with_traces_the_span_is_the_request_in_its_lines() {
+        for json in [true, false] {
+            let text = logged(json, async {
+                let span = tracing::info_span!("gateway.request", request_id = "r-4", mcp.era = tracing::field::Empty);
+                let mut log = RequestLog::new("gateway.request", span);
+                log.set("request_id", "r-4".into());
+                log.scope(async {
+                    record([("mcp.era", Some("modern".into()))]);
+                    tracing::info!("in the span");
+                    // A root event: the JSON format writes the current span all the same.
+                    tracing::info!(parent: None, "a root event");
+                })
+                .await;
+            });
+            let lines: Vec<&str> = text.lines().collect();
+            assert_eq!(lines.len(), 2, "{text}");
+            for line in &lines {
+                if json {
+                    assert_eq!(line.matches("\"span\"").count(), 1, "{line}");
+                    let v: Value = serde_json::from_str(line).expect("json");
+                    assert_eq!(v["span"]["mcp.era"], "modern", "recorded on the span too: {line}");
+                    assert_eq!(v["span"]["request_id"], "r-4");
+                } else {
+                    assert_eq!(line.matches("gateway.request{").count(), 1, "{line}");
+                    assert!(line.contains(r#"request_id="r-4""#), "{line}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn lines_outside_a_request_are_the_inner_formats() {
         let text = logged(true, async {
             tracing::info!("before");
             let log = RequestLog::new("mcp.handle", tracing::Span::none());
-            log.scope(async {
-                record([("request_id", Some("r-2".into()))]);
-                tracing::info_span!("inner", step = 1).in_scope(|| tracing::info!("in a span"));
-            })
-            .await;
+            log.scope(async { record([("request_id", Some("r-2".into()))]) }).await;
             record([("request_id", Some("r-3".into()))]);
             tracing::info!("after");
         });
         let lines: Vec<Value> = text.lines().map(|l| serde_json::from_str(l).expect("json")).collect();
-        assert_eq!(lines.len(), 3, "{text}");
-        assert!(lines[0].get("span").is_none(), "{text}");
-        assert_eq!(lines[1]["span"]["name"], "inner");
-        assert_eq!(lines[1]["span"]["step"], 1);
-        assert!(lines[2].get("span").is_none(), "{text}");
+        assert_eq!(lines.len(), 2, "{text}");
+        assert!(lines.iter().all(|l| l.get("span").is_none()), "{text}");
     }
 
     #[test]
@@ -418,7 +475,6 @@ mod tests {
         log.record([("a", Some(1i64.into())), ("b", Some("x".into()))]);
         log.record([("a", Some(2i64.into())), ("a", None)]);
         assert_eq!(log.fields, vec![("a", Field::I64(2)), ("b", Field::from("x"))]);
-        assert_eq!(log.get("b"), Some(&Field::from("x")));
         let mut json = String::new();
         log.write_json(&mut json);
         assert_eq!(json, r#"{"a":2,"b":"x","name":"r"}"#);

@@ -372,11 +372,13 @@ fn continue_trace(span: &tracing::Span, carrier: &dyn Extractor, traceparent: Op
             return Some(sc.trace_id().to_string());
         }
     }
+    // W3C: 32 hex digits, not all zero.
     let id = traceparent?.split('-').nth(1)?;
-    (id.len() == 32 && id.bytes().all(|b| b.is_ascii_hexdigit())).then(|| id.to_ascii_lowercase())
+    let valid = id.len() == 32 && id.bytes().all(|b| b.is_ascii_hexdigit()) && id.bytes().any(|b| b != b'0');
+    valid.then(|| id.to_ascii_lowercase())
 }
 
-/// Carry the current span's trace to the next gRPC hop.
+/// Carry the current span's trace to the next gRPC hop (nothing without traces: there is none).
 pub fn inject_grpc(metadata: &mut tonic::metadata::MetadataMap) {
     if !traces_on() {
         return;
@@ -385,8 +387,11 @@ pub fn inject_grpc(metadata: &mut tonic::metadata::MetadataMap) {
     opentelemetry::global::get_text_map_propagator(|p| p.inject_context(&cx, &mut MetadataInjector(metadata)));
 }
 
-/// Carry the current span's trace to an upstream HTTP call.
+/// Carry the current span's trace to an upstream HTTP call (as [`inject_grpc`]).
 pub fn inject_http(headers: &mut http::HeaderMap) {
+    if !traces_on() {
+        return;
+    }
     let cx = tracing::Span::current().context();
     opentelemetry::global::get_text_map_propagator(|p| p.inject_context(&cx, &mut HeaderInjector(headers)));
 }

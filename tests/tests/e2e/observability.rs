@@ -387,3 +387,42 @@ async fn a_request_abandoned_by_its_client_leaves_the_requests_in_flight() {
     assert_eq!(settled(1.0).await, 1.0, "the abandoned call is no longer in flight");
     held.abort();
 }
+
+/// A line mcp-service logs while it serves a request (here a text tool whose template fails
+/// as it renders) carries that request: its id, its tool, the request's name.
+#[tokio::test]
+async fn mcp_service_lines_carry_their_request() {
+    let definitions = "server: { name: logs }\ntools:\n  - name: broken\n    input_schema: { type: object, properties: { message: { type: string } } }\n    text: \"{{ message | int }}\"\n";
+    let served = e2e::Served::definitions(definitions, &[]).await;
+    let body =
+        e2e::modern_request(3, "tools/call", json!({ "name": "broken", "arguments": { "message": "not a number" } }));
+    let r = served
+        .client
+        .post(
+            &body,
+            &[
+                ("mcp-protocol-version", MODERN),
+                ("mcp-method", "tools/call"),
+                ("mcp-name", "broken"),
+                ("x-request-id", "req-tool-7"),
+            ],
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert_eq!(r.json["result"]["isError"], true, "{}", r.text);
+    let mut line = None;
+    for _ in 0..50 {
+        line = served.gateway.log_text().lines().find(|l| l.contains("tool failed")).map(str::to_owned);
+        if line.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let line = line.expect("the tool's warning");
+    assert_eq!(line.matches("\"span\"").count(), 1, "{line}");
+    let v: serde_json::Value = serde_json::from_str(&line).expect("a JSON line");
+    assert_eq!(v["level"], "WARN", "{line}");
+    assert_eq!(v["span"]["name"], "mcp.handle", "{line}");
+    assert_eq!(v["span"]["request_id"], "req-tool-7", "{line}");
+    assert_eq!(v["span"]["mcp.tool"], "broken", "{line}");
+}
