@@ -134,7 +134,7 @@ pub(crate) fn push_json_string(out: &mut impl fmt::Write, value: &str) {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use std::io::Write;
     use std::sync::{Arc, Mutex};
 
@@ -143,8 +143,15 @@ mod tests {
 
     use super::*;
 
+    /// What a log layer wrote (its writer, cloned for each line).
     #[derive(Clone, Default)]
-    struct Lines(Arc<Mutex<Vec<u8>>>);
+    pub(crate) struct Lines(Arc<Mutex<Vec<u8>>>);
+
+    impl Lines {
+        pub(crate) fn text(&self) -> String {
+            String::from_utf8(self.0.lock().expect("lines").clone()).expect("utf-8")
+        }
+    }
 
     impl Write for Lines {
         fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
@@ -177,8 +184,7 @@ mod tests {
             .fmt_fields(AppendJsonFields)
             .with_writer(move || writer.clone());
         tracing::subscriber::with_default(tracing_subscriber::registry().with(layer), log);
-        let text = String::from_utf8(lines.0.lock().expect("lines").clone()).expect("utf-8");
-        serde_json::from_str(text.trim()).expect("one JSON line")
+        serde_json::from_str(lines.text().trim()).expect("one JSON line")
     }
 
     #[test]

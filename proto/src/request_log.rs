@@ -276,33 +276,12 @@ where
 
 #[cfg(test)]
 mod tests {
-    use std::io::Write;
-    use std::sync::{Arc, Mutex};
-
     use serde_json::Value;
     use tracing_subscriber::fmt::format;
     use tracing_subscriber::layer::SubscriberExt as _;
 
     use super::*;
-
-    #[derive(Clone, Default)]
-    struct Lines(Arc<Mutex<Vec<u8>>>);
-
-    impl Write for Lines {
-        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-            self.0.lock().expect("lines").extend_from_slice(buf);
-            Ok(buf.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-
-    impl Lines {
-        fn text(&self) -> String {
-            String::from_utf8(self.0.lock().expect("lines").clone()).expect("utf-8")
-        }
-    }
+    use crate::log_fields::tests::Lines;
 
     /// The lines `log` writes through the services' layer (JSON or text), on a runtime of one
     /// thread.
