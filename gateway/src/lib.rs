@@ -235,7 +235,9 @@ impl tower::Service<axum::extract::Request> for Edge {
         }
         client_addr::apply(&self.checks.proxies, &mut req);
         let (observed, log) = observe::Observed::start(&req);
-        let answer = observed.in_span(|| tower::Service::call(&mut self.router, req));
+        // The router's call makes the request's work (axum's handlers start when polled, in
+        // the request's log).
+        let answer = log.in_span(|| tower::Service::call(&mut self.router, req));
         Box::pin(log.scope(async move {
             let Ok(resp) = answer.await;
             Ok(observed.finish(resp))

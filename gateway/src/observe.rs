@@ -67,12 +67,10 @@ fn http_method(method: &http::Method) -> Field {
     }
 }
 
-/// One request's span (when traces are exported), clock and place among the requests in
-/// flight, from its arrival
+/// One request's clock and place among the requests in flight, from its arrival
 /// ([`Observed::start`]) to its answer ([`Observed::finish`]). A request dropped before its
 /// answer (the client went away) leaves the requests in flight all the same.
 pub struct Observed {
-    span: tracing::Span,
     started: Instant,
     route: &'static str,
     in_flight: Gauge,
@@ -104,7 +102,7 @@ impl Observed {
             tracing::Span::none()
         };
         let trace_id = mcp_proto::telemetry::extract_http(&span, req.headers());
-        let mut log = RequestLog::new("gateway.request", span.clone());
+        let mut log = RequestLog::new("gateway.request", span);
         // The span was made with these.
         log.set("otel.name", name.into());
         log.set("otel.kind", "server".into());
@@ -116,13 +114,7 @@ impl Observed {
         log.record([("trace_id", trace_id.map(Field::from))]);
         let in_flight = IN_FLIGHT.get((), |()| metrics::gauge!("gateway_http_in_flight_requests"));
         in_flight.increment(1.0);
-        (Self { span, started: Instant::now(), route, in_flight }, log)
-    }
-
-    /// `f` (the router's call, which makes the request's work: axum's handlers start when
-    /// polled, in the request's log) inside the request's span, when there is one.
-    pub fn in_span<T>(&self, f: impl FnOnce() -> T) -> T {
-        self.span.in_scope(f)
+        (Self { started: Instant::now(), route, in_flight }, log)
     }
 
     /// The answer's status on the request, the access log line, the request's metrics: in the

@@ -35,8 +35,8 @@ fn frames(rx: mpsc::Receiver<Frame>) -> FrameStream {
     Box::pin(ReceiverStream::new(rx).map(|f| Ok(message(f))))
 }
 
-/// A request's work, in its request log (and span), and the frames it sends: the channel ends when the work does
-/// (the work holds its only sender).
+/// A request's work, in its request log (and span), and the frames it sends: the channel ends
+/// when the work does (the work holds its only sender).
 pub(crate) fn start(
     engine: Arc<Engine>,
     metadata: &tonic::metadata::MetadataMap,

@@ -89,6 +89,25 @@ impl From<bool> for Field {
 }
 
 impl Field {
+    /// A string field's text.
+    fn text(&self) -> Option<&str> {
+        match self {
+            Field::Static(s) => Some(s),
+            Field::Owned(s) => Some(s),
+            _ => None,
+        }
+    }
+
+    /// A number or boolean as JSON and the text format write it alike (a string: nothing).
+    fn write_plain(&self, out: &mut String) {
+        let _ = match self {
+            Field::I64(v) => write!(out, "{v}"),
+            Field::U64(v) => write!(out, "{v}"),
+            Field::Bool(v) => write!(out, "{v}"),
+            Field::Static(_) | Field::Owned(_) => Ok(()),
+        };
+    }
+
     fn as_value(&self) -> &dyn tracing::Value {
         match self {
             Field::Static(s) => s,
@@ -139,6 +158,11 @@ impl RequestLog {
         }
     }
 
+    /// `f` in the request's span, when there is one.
+    pub fn in_span<T>(&self, f: impl FnOnce() -> T) -> T {
+        self.span.in_scope(f)
+    }
+
     /// `work` with this as the request being served while it runs (and in its span, when
     /// there is one).
     pub fn scope<F: Future>(self, work: F) -> impl Future<Output = F::Output> {
@@ -153,16 +177,9 @@ impl RequestLog {
         for (name, value) in &self.fields {
             crate::log_fields::push_json_string(out, name);
             out.push(':');
-            match value {
-                Field::Static(s) => crate::log_fields::push_json_string(out, s),
-                Field::Owned(s) => crate::log_fields::push_json_string(out, s),
-                Field::I64(v) => {
-                    let _ = write!(out, "{v}");
-                }
-                Field::U64(v) => {
-                    let _ = write!(out, "{v}");
-                }
-                Field::Bool(v) => out.push_str(if *v { "true" } else { "false" }),
+            match value.text() {
+                Some(text) => crate::log_fields::push_json_string(out, text),
+                None => value.write_plain(out),
             }
             out.push(',');
         }
@@ -181,13 +198,13 @@ impl RequestLog {
                 if i > 0 {
                     out.push(' ');
                 }
-                let _ = match value {
-                    Field::Static(s) => write!(out, "{name}={s:?}"),
-                    Field::Owned(s) => write!(out, "{name}={s:?}"),
-                    Field::I64(v) => write!(out, "{name}={v}"),
-                    Field::U64(v) => write!(out, "{name}={v}"),
-                    Field::Bool(v) => write!(out, "{name}={v}"),
-                };
+                let _ = write!(out, "{name}=");
+                match value.text() {
+                    Some(text) => {
+                        let _ = write!(out, "{text:?}");
+                    }
+                    None => value.write_plain(out),
+                }
             }
             out.push('}');
         }
