@@ -4,7 +4,7 @@
 //! capabilities and an expiry, so any replica can serve a plain request of any session. What
 //! must live somewhere — the log level set with `logging/setLevel`, resource subscriptions,
 //! the open GET streams, answers awaited from the client — lives in this replica's memory,
-//! keyed by the token's nonce; a load balancer keeps a session on one replica by hashing
+//! keyed by the id itself; a load balancer keeps a session on one replica by hashing
 //! `Mcp-Session-Id`. On stdio the connection is the session.
 
 use std::collections::{HashMap, HashSet};
@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use subtle::ConstantTimeEq as _;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::dispatch::Frame;
@@ -24,8 +25,13 @@ const PURPOSE: &str = "mcp-session";
 /// Live state of one legacy session.
 #[derive(Debug, Default)]
 pub struct Session {
-    /// The nonce that names an HTTP session; empty on stdio.
-    pub key: String,
+    /// What names an HTTP session in this replica's map: its id's payload (the sealed claims);
+    /// empty on stdio.
+    key: String,
+    /// The rest of its id: the seal that was verified when this replica met the id.
+    tag: Box<str>,
+    /// The nonce its id's claims carry (refused until expiry once the session ends).
+    nonce: Option<u128>,
     pub negotiated: Mutex<Option<&'static str>>,
     pub client_capabilities: Mutex<Value>,
     pub log_level: Mutex<Option<String>>,
@@ -115,7 +121,7 @@ struct Claims {
     c: Value,
     /// Expiry (Unix seconds).
     e: u64,
-    /// Nonce naming the live state.
+    /// A random nonce: what an ended session is remembered by, and what makes each id unique.
     n: String,
 }
 
@@ -151,6 +157,7 @@ pub struct Sessions {
 
 #[derive(Default)]
 struct Live {
+    /// By their ids' payloads (HTTP; [`Session::key`]) or by [`Sessions::attach`]'s keys.
     sessions: HashMap<String, Arc<Session>>,
     /// Nonces of sessions ended here, with their ids' expiry: refused until then.
     ended: HashMap<u128, u64>,
@@ -181,8 +188,11 @@ impl Sessions {
         let expires = t.saturating_add(self.ttl.as_secs());
         let claims = Claims { r: revision.to_owned(), c: capabilities.clone(), e: expires, n: nonce.clone() };
         let token = self.sealer.seal(PURPOSE, &claims);
+        let (payload, tag) = token.split_once('.').unwrap_or_default();
         let session = Arc::new(Session {
-            key: nonce.clone(),
+            key: payload.to_owned(),
+            tag: tag.into(),
+            nonce: nonce_value(&nonce),
             negotiated: Mutex::new(Some(revision)),
             client_capabilities: Mutex::new(capabilities),
             expires,
@@ -191,7 +201,7 @@ impl Sessions {
         });
         if let Ok(mut live) = self.live.lock() {
             live.sweep_if_due(t);
-            live.sessions.insert(nonce, session.clone());
+            live.sessions.insert(payload.to_owned(), session.clone());
         }
         (token, session)
     }
@@ -203,7 +213,36 @@ impl Sessions {
     }
 
     fn resolve_at(&self, token: &str, t: u64) -> Result<Arc<Session>, SessionError> {
-        let claims: Claims = self.sealer.open(PURPOSE, token.trim())?;
+        let token = token.trim();
+        let (payload, tag) = token.split_once('.').ok_or(SessionError::Invalid(SealError::Malformed))?;
+        // An id met before is known by its payload and the seal verified then (compared in
+        // constant time): its MAC and claims need not be worked out again on every request.
+        let known = {
+            let mut live = self.live.lock().map_err(|_| SessionError::Ended)?;
+            live.sweep_if_due(t);
+            live.sessions
+                .get(payload)
+                .filter(|s| !s.tag.is_empty() && bool::from(s.tag.as_bytes().ct_eq(tag.as_bytes())))
+                .cloned()
+        };
+        let session = match known {
+            Some(session) => session,
+            None => self.take_up(token, payload, tag, t)?,
+        };
+        if session.expires <= t {
+            return Err(SessionError::Expired);
+        }
+        session.last_used.store(t, Ordering::Relaxed);
+        if session.ended.load(Ordering::SeqCst) {
+            return Err(SessionError::Ended);
+        }
+        Ok(session)
+    }
+
+    /// The session of an id this replica does not hold (issued by another replica, before a
+    /// restart, or forgotten while idle), from its verified claims.
+    fn take_up(&self, token: &str, payload: &str, tag: &str, t: u64) -> Result<Arc<Session>, SessionError> {
+        let claims: Claims = self.sealer.open(PURPOSE, token)?;
         if claims.e <= t {
             return Err(SessionError::Expired);
         }
@@ -211,32 +250,24 @@ impl Sessions {
             .into_iter()
             .find(|r| *r == claims.r)
             .ok_or(SessionError::Invalid(SealError::Malformed))?;
-        let session = {
-            let mut live = self.live.lock().map_err(|_| SessionError::Ended)?;
-            live.sweep_if_due(t);
-            if nonce_value(&claims.n).is_some_and(|n| live.ended.contains_key(&n)) {
-                return Err(SessionError::Ended);
-            }
-            match live.sessions.get(&claims.n) {
-                Some(session) => session.clone(),
-                None => {
-                    let session = Arc::new(Session {
-                        key: claims.n.clone(),
-                        negotiated: Mutex::new(Some(revision)),
-                        client_capabilities: Mutex::new(claims.c),
-                        expires: claims.e,
-                        ..Session::default()
-                    });
-                    live.sessions.insert(claims.n, session.clone());
-                    session
-                }
-            }
-        };
-        session.last_used.store(t, Ordering::Relaxed);
-        if session.ended.load(Ordering::SeqCst) {
+        let nonce = nonce_value(&claims.n);
+        let mut live = self.live.lock().map_err(|_| SessionError::Ended)?;
+        if nonce.is_some_and(|n| live.ended.contains_key(&n)) {
             return Err(SessionError::Ended);
         }
-        Ok(session)
+        // Another request of it may have taken it up meanwhile.
+        let session = live.sessions.entry(payload.to_owned()).or_insert_with(|| {
+            Arc::new(Session {
+                key: payload.to_owned(),
+                tag: tag.into(),
+                nonce,
+                negotiated: Mutex::new(Some(revision)),
+                client_capabilities: Mutex::new(claims.c),
+                expires: claims.e,
+                ..Session::default()
+            })
+        });
+        Ok(session.clone())
     }
 
     /// End the session named by `token` (HTTP DELETE); `false` if there was none. Only its
@@ -252,7 +283,7 @@ impl Sessions {
         }
         if let Ok(mut live) = self.live.lock() {
             live.sessions.remove(&session.key);
-            if let Some(nonce) = nonce_value(&session.key) {
+            if let Some(nonce) = session.nonce {
                 if live.ended.len() >= self.max_ended {
                     let t = now();
                     live.ended.retain(|_, expires| *expires > t);
@@ -385,6 +416,29 @@ mod tests {
         assert!(sessions.end(&token));
         assert_eq!(sessions.resolve(&token).err(), Some(SessionError::Ended));
         assert!(!sessions.end(&token));
+    }
+
+    #[test]
+    fn a_known_id_is_matched_by_its_whole_seal() {
+        let sessions = Sessions::new(Sealer::random(), Duration::from_secs(60));
+        let (token, s) = sessions.create("2025-06-18", json!({}));
+        let (payload, tag) = token.split_once('.').expect("two parts");
+        assert!(Arc::ptr_eq(&sessions.resolve(&format!(" {token}\t")).expect("trimmed"), &s));
+        // The payload of a held session with another seal, a shorter one or none is refused.
+        let mut other = tag.to_owned().into_bytes();
+        other[0] = if other[0] == b'A' { b'B' } else { b'A' };
+        let other = String::from_utf8(other).expect("ascii");
+        for forged in [format!("{payload}.{other}"), format!("{payload}.{}", &tag[1..]), format!("{payload}.")] {
+            assert!(matches!(sessions.resolve(&forged), Err(SessionError::Invalid(_))), "{forged}");
+        }
+        // A stdio connection's key names no HTTP session, with or without a seal.
+        let stdio_key = sessions.attach(Arc::new(Session::default()));
+        for forged in [format!("{stdio_key}."), format!("{stdio_key}.{tag}"), stdio_key.clone()] {
+            assert!(matches!(sessions.resolve(&forged), Err(SessionError::Invalid(_))), "{forged}");
+        }
+        // A held session's id expires as its claims say.
+        assert_eq!(sessions.resolve_at(&token, s.expires()).err(), Some(SessionError::Expired));
+        assert!(sessions.resolve_at(&token, s.expires() - 1).is_ok());
     }
 
     #[test]
