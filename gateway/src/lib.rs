@@ -184,7 +184,7 @@ pub async fn serve_with(
     let drain = state.clone();
     let stop = shutdown.clone();
     let server = axum::serve(
-        listener,
+        mcp_proto::socket::no_delay(listener),
         axum::ServiceExt::<axum::extract::Request>::into_make_service_with_connect_info::<SocketAddr>(app),
     )
     .with_graceful_shutdown(async move {

@@ -148,7 +148,7 @@ pub async fn serve_prepared(
     tokio::spawn(housekeeping(state.clone(), shutdown.clone()));
     tracing::info!(service = "oauth-service", %addr, issuer = %state.config.issuer, "listening");
     let drain = state.clone();
-    axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>())
+    axum::serve(mcp_proto::socket::no_delay(listener), app.into_make_service_with_connect_info::<SocketAddr>())
         .with_graceful_shutdown(async move {
             shutdown.cancelled().await;
             drain.draining.store(true, Ordering::SeqCst);

@@ -104,6 +104,23 @@ impl tonic::transport::server::Connected for Unvectored {
     }
 }
 
+/// `listener` for `axum::serve`, each connection it accepts with `TCP_NODELAY`. Without it an
+/// answer written in more than one piece (a large body, or head and body apart) holds its last
+/// segment back until the client acknowledges the one before (Nagle), and a client that
+/// acknowledges late (delayed ACK, up to 40 ms on Linux) stalls it. Measured on one connection
+/// reading a 1 MiB resource: 77–107 answers a second with a p99 of 45 ms without it, 1 270–1 840
+/// with a p99 of about 1 ms with it.
+pub fn no_delay(listener: TcpListener) -> axum::serve::TapIo<TcpListener, fn(&mut TcpStream)> {
+    use axum::serve::ListenerExt as _;
+    listener.tap_io(set_no_delay)
+}
+
+fn set_no_delay(tcp: &mut TcpStream) {
+    if let Err(e) = tcp.set_nodelay(true) {
+        tracing::debug!(error = %e, "cannot set TCP_NODELAY on an accepted connection");
+    }
+}
+
 /// The connections `listener` accepts, with `TCP_NODELAY`, for a tonic server.
 pub fn incoming(listener: TcpListener) -> impl Stream<Item = std::io::Result<Unvectored>> {
     tonic::transport::server::TcpIncoming::from(listener)
@@ -119,6 +136,19 @@ mod tests {
     use bytes::Bytes;
 
     use super::*;
+
+    #[tokio::test]
+    async fn an_axum_listener_accepts_with_no_delay() {
+        use axum::serve::Listener as _;
+        let plain = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = plain.local_addr().expect("address");
+        let mut listener = no_delay(plain);
+        let client = tokio::spawn(TcpStream::connect(addr));
+        let (accepted, peer) = listener.accept().await;
+        assert!(accepted.nodelay().expect("the option reads"), "TCP_NODELAY set on the accepted side");
+        let client = client.await.expect("task").expect("connects");
+        assert_eq!(peer, client.local_addr().expect("address"));
+    }
 
     /// A TCP socket that counts the writes made to it.
     struct Counting(TcpStream, Arc<AtomicUsize>);

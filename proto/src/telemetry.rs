@@ -288,7 +288,9 @@ pub async fn serve_metrics(
     );
     tracing::info!(addr = %bound, "metrics listening");
     tokio::spawn(async move {
-        let _ = axum::serve(listener, app).with_graceful_shutdown(async move { shutdown.cancelled().await }).await;
+        let _ = axum::serve(crate::socket::no_delay(listener), app)
+            .with_graceful_shutdown(async move { shutdown.cancelled().await })
+            .await;
     });
     Ok(bound)
 }
