@@ -13,7 +13,9 @@ const LEFT: f64 = 64.0;
 const RIGHT: f64 = 16.0;
 const TOP: f64 = 28.0;
 const BOTTOM: f64 = 30.0;
-const LEGEND_H: f64 = 30.0;
+/// The legend: entries of this width, as many to a line as the chart's width holds.
+const LEGEND_ENTRY_W: f64 = 150.0;
+const LEGEND_LINE_H: f64 = 16.0;
 
 fn color(kind: Kind) -> &'static str {
     match kind {
@@ -38,23 +40,29 @@ fn scenarios(rows: &[Row]) -> Vec<(Op, Era, usize)> {
 pub fn render(rows: &[Row], levels: &[usize]) -> String {
     let keys = scenarios(rows);
     let width = 2.0 * PANEL_W;
-    let height = LEGEND_H + keys.len() as f64 * PANEL_H;
+    // The servers measured, in the report's order, wrapped to the chart's width.
+    let shown: Vec<Kind> = Kind::ALL.into_iter().filter(|k| rows.iter().any(|r| r.server == *k)).collect();
+    let per_line = (((width - LEFT) / LEGEND_ENTRY_W).floor() as usize).max(1);
+    let legend_h = 14.0 + shown.len().div_ceil(per_line).max(1) as f64 * LEGEND_LINE_H;
+    let height = legend_h + keys.len() as f64 * PANEL_H;
     let mut s = format!(
         "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{width}\" height=\"{height}\" viewBox=\"0 0 {width} {height}\" \
          font-family=\"sans-serif\" font-size=\"11\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n"
     );
-    for (i, kind) in Kind::ALL.iter().enumerate() {
-        let x = LEFT + i as f64 * 150.0;
+    for (i, kind) in shown.iter().enumerate() {
+        let x = LEFT + (i % per_line) as f64 * LEGEND_ENTRY_W;
+        let y = 10.0 + (i / per_line) as f64 * LEGEND_LINE_H;
         let _ = writeln!(
             s,
-            "<rect x=\"{x}\" y=\"10\" width=\"14\" height=\"4\" fill=\"{}\"/><text x=\"{}\" y=\"16\">{}</text>",
+            "<rect x=\"{x}\" y=\"{y}\" width=\"14\" height=\"4\" fill=\"{}\"/><text x=\"{}\" y=\"{}\">{}</text>",
             color(*kind),
             x + 18.0,
+            y + 6.0,
             kind.name()
         );
     }
     for (i, &(op, era, catalog)) in keys.iter().enumerate() {
-        let y0 = LEGEND_H + i as f64 * PANEL_H;
+        let y0 = legend_h + i as f64 * PANEL_H;
         let pick: Vec<&Row> =
             rows.iter().filter(|r| r.op == op && r.era == era && r.catalog == catalog && r.ok > 0).collect();
         let title = format!("{} {} ({catalog} tools)", op.label(), era.version());
@@ -140,6 +148,77 @@ fn escape(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn row(server: Kind, concurrency: usize) -> Row {
+        Row {
+            round: 0,
+            rounds: 1,
+            server,
+            op: Op::List,
+            era: Era::Modern,
+            catalog: 5,
+            concurrency,
+            pages: 1,
+            ok: 100,
+            errors: 0,
+            error_kinds: Vec::new(),
+            elapsed_s: 1.0,
+            req_per_s: 1000.0 * concurrency as f64,
+            mean_us: 500.0,
+            p50_us: 400,
+            p99_us: 900,
+            p999_us: 1000,
+            max_us: 1200,
+            cpu_us_per_req: 10.0,
+            server_cpu_pct: 90.0,
+            loadgen_cpu_pct: 50.0,
+            other_cpu_pct: 0.0,
+            cpu_us_per_req_by_process: Vec::new(),
+            peak_rss_kib: Vec::new(),
+            server_warnings: 0,
+            warning_samples: Vec::new(),
+        }
+    }
+
+    /// The legend's entries: (x of the text, its line's y, the name).
+    fn legend(svg: &str) -> Vec<(f64, f64, String)> {
+        svg.lines()
+            .filter(|l| l.starts_with("<rect x=") && l.contains("<text"))
+            .map(|l| {
+                let text = &l[l.find("<text").expect("text")..];
+                let attr = |name: &str| -> f64 {
+                    let at = text.find(&format!("{name}=\"")).expect("attribute") + name.len() + 2;
+                    text[at..at + text[at..].find('"').expect("quote")].parse().expect("number")
+                };
+                let name = &text[text.find('>').expect(">") + 1..text.find("</text>").expect("end")];
+                (attr("x"), attr("y"), name.to_owned())
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_legend_names_the_servers_measured_within_the_chart() {
+        let every: Vec<Row> = Kind::ALL.into_iter().flat_map(|k| [row(k, 1), row(k, 64)]).collect();
+        let svg = render(&every, &[1, 64]);
+        let entries = legend(&svg);
+        assert_eq!(entries.iter().map(|e| e.2.as_str()).collect::<Vec<_>>(), Kind::ALL.map(Kind::name));
+        // About 7 px a character at 11 px sans-serif: each name ends inside the chart's width.
+        for (x, _, name) in &entries {
+            assert!(x + 7.0 * name.len() as f64 <= 2.0 * PANEL_W, "{name} at {x} runs past the chart");
+        }
+        assert!(entries.iter().any(|e| e.1 > entries[0].1), "seven names take more than one line");
+        // The first panel's title comes below the legend's last line.
+        let last_line = entries.iter().map(|e| e.1).fold(0.0, f64::max);
+        let title = svg.lines().find(|l| l.contains("font-weight=\"bold\"")).expect("a panel title");
+        let at = title.find("y=\"").expect("y") + 3;
+        let title_y: f64 = title[at..at + title[at..].find('"').expect("quote")].parse().expect("number");
+        assert!(title_y > last_line + 10.0, "title at {title_y}, legend to {last_line}");
+
+        // Only what was measured is named.
+        let two: Vec<Row> = [Kind::Rmcp, Kind::Microservices].into_iter().map(|k| row(k, 64)).collect();
+        let names: Vec<String> = legend(&render(&two, &[64])).into_iter().map(|e| e.2).collect();
+        assert_eq!(names, ["rmcp", "microservices"]);
+    }
 
     #[test]
     fn labels_decades() {
