@@ -4,7 +4,7 @@
 //! capabilities and an expiry, so any replica can serve a plain request of any session. What
 //! must live somewhere — the log level set with `logging/setLevel`, resource subscriptions,
 //! the open GET streams, answers awaited from the client — lives in this replica's memory,
-//! keyed by the id itself; a load balancer keeps a session on one replica by hashing
+//! keyed by the id's payload; a load balancer keeps a session on one replica by hashing
 //! `Mcp-Session-Id`. On stdio the connection is the session.
 
 use std::collections::{HashMap, HashSet};
@@ -25,9 +25,9 @@ const PURPOSE: &str = "mcp-session";
 /// Live state of one legacy session.
 #[derive(Debug, Default)]
 pub struct Session {
-    /// What names an HTTP session in this replica's map: its id's payload (the sealed claims);
-    /// empty on stdio.
-    key: String,
+    /// What names an HTTP session in this replica's map: its id's payload (the sealed claims),
+    /// one allocation shared with the map's key; empty on stdio.
+    key: Arc<str>,
     /// The rest of its id: the seal that was verified when this replica met the id.
     tag: Box<str>,
     /// The nonce its id's claims carry (refused until expiry once the session ends).
@@ -158,7 +158,7 @@ pub struct Sessions {
 #[derive(Default)]
 struct Live {
     /// By their ids' payloads (HTTP; [`Session::key`]) or by [`Sessions::attach`]'s keys.
-    sessions: HashMap<String, Arc<Session>>,
+    sessions: HashMap<Arc<str>, Arc<Session>>,
     /// Nonces of sessions ended here, with their ids' expiry: refused until then.
     ended: HashMap<u128, u64>,
     next_sweep: u64,
@@ -189,8 +189,9 @@ impl Sessions {
         let claims = Claims { r: revision.to_owned(), c: capabilities.clone(), e: expires, n: nonce.clone() };
         let token = self.sealer.seal(PURPOSE, &claims);
         let (payload, tag) = token.split_once('.').unwrap_or_default();
+        let key: Arc<str> = payload.into();
         let session = Arc::new(Session {
-            key: payload.to_owned(),
+            key: key.clone(),
             tag: tag.into(),
             nonce: nonce_value(&nonce),
             negotiated: Mutex::new(Some(revision)),
@@ -201,7 +202,7 @@ impl Sessions {
         });
         if let Ok(mut live) = self.live.lock() {
             live.sweep_if_due(t);
-            live.sessions.insert(payload.to_owned(), session.clone());
+            live.sessions.insert(key, session.clone());
         }
         (token, session)
     }
@@ -256,18 +257,21 @@ impl Sessions {
             return Err(SessionError::Ended);
         }
         // Another request of it may have taken it up meanwhile.
-        let session = live.sessions.entry(payload.to_owned()).or_insert_with(|| {
-            Arc::new(Session {
-                key: payload.to_owned(),
-                tag: tag.into(),
-                nonce,
-                negotiated: Mutex::new(Some(revision)),
-                client_capabilities: Mutex::new(claims.c),
-                expires: claims.e,
-                ..Session::default()
-            })
+        if let Some(session) = live.sessions.get(payload) {
+            return Ok(session.clone());
+        }
+        let key: Arc<str> = payload.into();
+        let session = Arc::new(Session {
+            key: key.clone(),
+            tag: tag.into(),
+            nonce,
+            negotiated: Mutex::new(Some(revision)),
+            client_capabilities: Mutex::new(claims.c),
+            expires: claims.e,
+            ..Session::default()
         });
-        Ok(session.clone())
+        live.sessions.insert(key, session.clone());
+        Ok(session)
     }
 
     /// End the session named by `token` (HTTP DELETE); `false` if there was none. Only its
@@ -300,7 +304,7 @@ impl Sessions {
     pub fn attach(&self, session: Arc<Session>) -> String {
         let key = random_key();
         if let Ok(mut live) = self.live.lock() {
-            live.sessions.insert(key.clone(), session);
+            live.sessions.insert(key.as_str().into(), session);
         }
         key
     }
@@ -432,13 +436,17 @@ mod tests {
             assert!(matches!(sessions.resolve(&forged), Err(SessionError::Invalid(_))), "{forged}");
         }
         // A stdio connection's key names no HTTP session, with or without a seal.
-        let stdio_key = sessions.attach(Arc::new(Session::default()));
+        let (tx, _rx) = mpsc::channel(1);
+        let stdio_key = sessions.attach(Arc::new(Session::stdio(tx)));
         for forged in [format!("{stdio_key}."), format!("{stdio_key}.{tag}"), stdio_key.clone()] {
             assert!(matches!(sessions.resolve(&forged), Err(SessionError::Invalid(_))), "{forged}");
         }
-        // A held session's id expires as its claims say.
+        // A held session's id expires as its claims say, found by its seal (no sweep in
+        // between to take it out of the map first).
+        sessions.live.lock().expect("lock").next_sweep = u64::MAX;
         assert_eq!(sessions.resolve_at(&token, s.expires()).err(), Some(SessionError::Expired));
-        assert!(sessions.resolve_at(&token, s.expires() - 1).is_ok());
+        let again = sessions.resolve_at(&token, s.expires() - 1).expect("still live");
+        assert!(Arc::ptr_eq(&again, &s), "the held session, not one taken up again");
     }
 
     #[test]
@@ -490,7 +498,7 @@ mod tests {
             assert_eq!(live.sessions.len(), 5);
             assert!(live.sessions.values().any(|s| Arc::ptr_eq(s, &held)), "a session in use stays");
             assert!(live.sessions.values().any(|s| s.is_subscribed("file:///a")), "a subscription stays");
-            assert!(live.sessions.contains_key(&stdio_key), "a stdio connection stays");
+            assert!(live.sessions.contains_key(stdio_key.as_str()), "a stdio connection stays");
             let open = |s: &Arc<Session>| s.outbound.lock().is_ok_and(|o| !o.is_empty());
             assert_eq!(live.sessions.values().filter(|s| open(s)).count(), 2, "the open GET stream stays");
         }

@@ -40,8 +40,9 @@ fn scenarios(rows: &[Row]) -> Vec<(Op, Era, usize)> {
 pub fn render(rows: &[Row], levels: &[usize]) -> String {
     let keys = scenarios(rows);
     let width = 2.0 * PANEL_W;
-    // The servers measured, in the report's order, wrapped to the chart's width.
-    let shown: Vec<Kind> = Kind::ALL.into_iter().filter(|k| rows.iter().any(|r| r.server == *k)).collect();
+    // The servers with a line to draw (a correct answer somewhere), in the report's order,
+    // wrapped to the chart's width.
+    let shown: Vec<Kind> = Kind::ALL.into_iter().filter(|k| rows.iter().any(|r| r.server == *k && r.ok > 0)).collect();
     let per_line = (((width - LEFT) / LEGEND_ENTRY_W).floor() as usize).max(1);
     let legend_h = 14.0 + shown.len().div_ceil(per_line).max(1) as f64 * LEGEND_LINE_H;
     let height = legend_h + keys.len() as f64 * PANEL_H;
@@ -214,8 +215,10 @@ mod tests {
         let title_y: f64 = title[at..at + title[at..].find('"').expect("quote")].parse().expect("number");
         assert!(title_y > last_line + 10.0, "title at {title_y}, legend to {last_line}");
 
-        // Only what was measured is named.
-        let two: Vec<Row> = [Kind::Rmcp, Kind::Microservices].into_iter().map(|k| row(k, 64)).collect();
+        // Only what was measured, with a correct answer, is named.
+        let mut failed = row(Kind::Standalone, 64);
+        failed.ok = 0;
+        let two: Vec<Row> = [Kind::Rmcp, Kind::Microservices].into_iter().map(|k| row(k, 64)).chain([failed]).collect();
         let names: Vec<String> = legend(&render(&two, &[64])).into_iter().map(|e| e.2).collect();
         assert_eq!(names, ["rmcp", "microservices"]);
     }
