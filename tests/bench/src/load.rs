@@ -19,6 +19,15 @@ pub struct Workload {
     pub calls: Vec<Call>,
     /// Do the legacy `initialize` handshake on each connection first.
     pub handshake: bool,
+    /// The answers that passed, for every connection of every measurement of this workload.
+    pub checker: mcp::Checker,
+}
+
+impl Workload {
+    pub fn new(calls: Vec<Call>, handshake: bool) -> Self {
+        let checker = mcp::Checker::new(calls.len());
+        Workload { calls, handshake, checker }
+    }
 }
 
 #[derive(Clone, Copy)]
@@ -161,7 +170,6 @@ async fn connection(
     let deadline = Instant::now() + settings.duration;
     let calls = &workload.calls;
     let mut next = index % calls.len();
-    let mut checker = mcp::Checker::new(calls.len());
     // At least one request per connection, then until the deadline.
     loop {
         match conn.as_mut() {
@@ -179,7 +187,7 @@ async fn connection(
                 match c.send(call, settings.timeout).await {
                     Ok(answer) => {
                         let micros = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
-                        match checker.check(at, call, &answer) {
+                        match workload.checker.check(at, call, &answer) {
                             Ok(()) => {
                                 tally.ok += 1;
                                 tally.latency.saturating_record(micros.max(1));

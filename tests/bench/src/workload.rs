@@ -31,7 +31,7 @@ pub async fn build(
         Op::Read => vec![mcp::read(era, 1)],
         Op::Discover => vec![mcp::discover(1)],
     };
-    Ok(Workload { calls, handshake })
+    Ok(Workload::new(calls, handshake))
 }
 
 async fn connect(target: &Target, handshake: bool, timeout: Duration) -> Result<Conn, String> {
