@@ -386,8 +386,11 @@ fn make_key(prefix: &[&[u8]], method: &str, header_version: Option<&str>, params
     key.into_boxed_slice()
 }
 
-/// Results from this size on are sent from the kept bytes rather than copied into one reply.
-const SPLICE_FROM: usize = 32 * 1024;
+/// Results from this size on are sent from the kept bytes rather than copied into one reply
+/// (written out with the reply's head in one vectored write). Measured: a page of 100 tools
+/// (about 20 KiB) costs the gateway 4-9 % less so; the 1.1 KiB page of 5 tools sent so cost as
+/// much or up to 7 % more than copied.
+const SPLICE_FROM: usize = 4 * 1024;
 
 /// The body of the reply to request `id` (raw JSON) carrying a kept `result`.
 pub fn reply_body(id: &str, result: Bytes) -> axum::body::Body {
