@@ -22,6 +22,11 @@ use crate::seal::{SealError, Sealer, now};
 
 const PURPOSE: &str = "mcp-session";
 
+/// The most an HTTP client's capabilities may take as JSON: its session's id carries them
+/// (sealed, in base64) in a header on every request, and names the session in the replica's
+/// map. At this size the id stays under 11 KiB, within the gateway's header limit.
+pub const MAX_CLIENT_CAPABILITIES: usize = 8 * 1024;
+
 /// Live state of one legacy session.
 #[derive(Debug, Default)]
 pub struct Session {
@@ -45,6 +50,29 @@ pub struct Session {
 }
 
 impl Session {
+    /// The session of an HTTP id: `payload` names it in the map, `tag` is the seal verified
+    /// with it; last used at `t`.
+    fn http(
+        payload: &str,
+        tag: &str,
+        nonce: Option<u128>,
+        revision: &'static str,
+        capabilities: Value,
+        expires: u64,
+        t: u64,
+    ) -> Arc<Self> {
+        Arc::new(Self {
+            key: payload.into(),
+            tag: tag.into(),
+            nonce,
+            negotiated: Mutex::new(Some(revision)),
+            client_capabilities: Mutex::new(capabilities),
+            expires,
+            last_used: AtomicU64::new(t),
+            ..Self::default()
+        })
+    }
+
     /// A session for a stdio connection, whose messages go to `outbound`.
     pub fn stdio(outbound: mpsc::Sender<Frame>) -> Self {
         Self { outbound: Mutex::new(vec![outbound]), expires: u64::MAX, ..Self::default() }
@@ -189,20 +217,10 @@ impl Sessions {
         let claims = Claims { r: revision.to_owned(), c: capabilities.clone(), e: expires, n: nonce.clone() };
         let token = self.sealer.seal(PURPOSE, &claims);
         let (payload, tag) = token.split_once('.').unwrap_or_default();
-        let key: Arc<str> = payload.into();
-        let session = Arc::new(Session {
-            key: key.clone(),
-            tag: tag.into(),
-            nonce: nonce_value(&nonce),
-            negotiated: Mutex::new(Some(revision)),
-            client_capabilities: Mutex::new(capabilities),
-            expires,
-            last_used: AtomicU64::new(t),
-            ..Session::default()
-        });
+        let session = Session::http(payload, tag, nonce_value(&nonce), revision, capabilities, expires, t);
         if let Ok(mut live) = self.live.lock() {
             live.sweep_if_due(t);
-            live.sessions.insert(key, session.clone());
+            live.sessions.insert(session.key.clone(), session.clone());
         }
         (token, session)
     }
@@ -260,17 +278,8 @@ impl Sessions {
         if let Some(session) = live.sessions.get(payload) {
             return Ok(session.clone());
         }
-        let key: Arc<str> = payload.into();
-        let session = Arc::new(Session {
-            key: key.clone(),
-            tag: tag.into(),
-            nonce,
-            negotiated: Mutex::new(Some(revision)),
-            client_capabilities: Mutex::new(claims.c),
-            expires: claims.e,
-            ..Session::default()
-        });
-        live.sessions.insert(key, session.clone());
+        let session = Session::http(payload, tag, nonce, revision, claims.c, claims.e, t);
+        live.sessions.insert(session.key.clone(), session.clone());
         Ok(session)
     }
 

@@ -1,11 +1,13 @@
 //! `initialize`, `logging/setLevel` (legacy) and `server/discover` (both eras).
 
+use mcp_proto::mcp::Transport;
 use mcp_proto::vocab::{self, MODERN_REVISIONS};
 use serde_json::{Value, json};
 
 use crate::catalog::CatalogView;
 use crate::error::Error;
 use crate::request::Request;
+use crate::session::MAX_CLIENT_CAPABILITIES;
 use crate::shape;
 
 /// What the server offers, in the legacy shape; list changes and resource subscriptions are
@@ -33,13 +35,26 @@ pub fn initialize(req: &Request<'_>, catalog: &CatalogView) -> Result<Value, Err
             return Err(Error::InvalidParams("`protocolVersion` must be a string".into()));
         }
     };
+    let capabilities = match req.params.get("capabilities") {
+        None | Some(Value::Null) => None,
+        Some(c @ Value::Object(_)) => Some(c),
+        Some(_) => return Err(Error::InvalidParams("`capabilities` must be an object".into())),
+    };
+    if req.ctx.transport == Transport::StreamableHttp
+        && let Some(size) = capabilities.map(|c| serde_json::to_string(c).map_or(usize::MAX, |json| json.len()))
+        && size > MAX_CLIENT_CAPABILITIES
+    {
+        return Err(Error::InvalidParams(format!(
+            "`capabilities` take {size} bytes as JSON; the session id that carries them over HTTP holds at most {MAX_CLIENT_CAPABILITIES}"
+        )));
+    }
     let negotiated = vocab::negotiate_legacy(requested);
     if let Some(session) = &req.ctx.session {
         if let Ok(mut n) = session.negotiated.lock() {
             *n = Some(negotiated);
         }
         if let Ok(mut c) = session.client_capabilities.lock() {
-            *c = req.params.get("capabilities").cloned().unwrap_or(Value::Null);
+            *c = capabilities.cloned().unwrap_or(Value::Null);
         }
     }
     tracing::info!(requested = requested.unwrap_or("(none)"), negotiated, "initialize");

@@ -266,3 +266,44 @@ async fn resource_updates_reach_subscribers_only() {
     c.post(&call(4, "test_trigger_resource_update", json!({})), &sub_h).await;
     assert!(sub_stream.next_within(Duration::from_millis(400)).await.is_none(), "unsubscribed");
 }
+
+#[tokio::test]
+async fn capabilities_an_http_session_id_cannot_carry_are_refused() {
+    let stack = Stack::microservices().await;
+    let c = stack.client();
+    let init = |capabilities: Value| {
+        json!({"jsonrpc":"2.0","id":0,"method":"initialize","params":{
+            "protocolVersion":"2025-06-18","capabilities":capabilities,"clientInfo":{"name":"e2e","version":"1"}}})
+    };
+    // Capabilities of `size` bytes as JSON.
+    let sized = |size: usize| {
+        let shell = json!({"experimental":{"blob":""}}).to_string().len();
+        json!({"experimental":{"blob":"x".repeat(size - shell)}})
+    };
+    // At the limit: a session whose id comes back and names it.
+    let at_limit = sized(8 * 1024);
+    assert_eq!(at_limit.to_string().len(), 8 * 1024);
+    let r = c.post(&init(at_limit), &[]).await;
+    assert_eq!(r.result()["protocolVersion"], "2025-06-18", "{}", r.text);
+    let sid = r.headers.get("mcp-session-id").expect("a session id").to_str().expect("ASCII").to_owned();
+    assert!(sid.len() < 11 * 1024, "an id of {} bytes", sid.len());
+    let h = [("mcp-session-id", sid.as_str()), ("mcp-protocol-version", "2025-06-18")];
+    let r = c.post(&json!({"jsonrpc":"2.0","method":"notifications/initialized"}), &h).await;
+    assert_eq!(r.status, 202, "{}", r.text);
+    let r = c.post(&json!({"jsonrpc":"2.0","id":1,"method":"ping"}), &h).await;
+    assert_eq!(r.result(), &json!({}), "{}", r.text);
+    // One byte more, or not an object: -32602 and no session.
+    for (capabilities, says) in [(sized(8 * 1024 + 1), "8193 bytes"), (json!("all"), "must be an object")] {
+        let r = c.post(&init(capabilities), &[]).await;
+        assert_eq!(r.error_code(), Some(-32602), "{}", r.text);
+        assert!(r.json["error"]["message"].as_str().is_some_and(|m| m.contains(says)), "{}", r.text);
+        assert!(r.headers.get("mcp-session-id").is_none());
+    }
+    // Over stdio no id carries them: taken whole.
+    let mut stdio = e2e::StdioClient::start(&[]).await;
+    let (_, reply) = stdio.request(&init(json!(["all"]))).await;
+    assert_eq!(reply["error"]["code"], -32602, "{reply}");
+    let (_, reply) = stdio.request(&init(sized(64 * 1024))).await;
+    assert_eq!(reply["result"]["protocolVersion"], "2025-06-18", "{reply}");
+    assert!(stdio.close().await.success());
+}
