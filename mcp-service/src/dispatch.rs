@@ -354,7 +354,9 @@ impl Engine {
                 .into_iter()
                 .find(|r| result.get("protocolVersion").and_then(Value::as_str) == Some(*r))
                 .unwrap_or(vocab::LATEST_LEGACY);
-            let capabilities = req.params.get("capabilities").cloned().unwrap_or_else(|| json!({}));
+            // None (absent or null) is no capability, as over stdio.
+            let capabilities =
+                req.params.get("capabilities").filter(|c| !c.is_null()).cloned().unwrap_or_else(|| json!({}));
             self.sessions.create(revision, capabilities).0
         });
         Ok(Answer { result, session_id, cache: None })

@@ -24,8 +24,9 @@ const PURPOSE: &str = "mcp-session";
 
 /// The most an HTTP client's capabilities may take as JSON: its session's id carries them
 /// (sealed, in base64) in a header on every request, and names the session in the replica's
-/// map. At this size the id stays under 11 KiB, within the gateway's header limit.
-pub const MAX_CLIENT_CAPABILITIES: usize = 8 * 1024;
+/// map. At this size the id stays under 6 KiB: within the gateway's header limit, and within
+/// the 8 KiB a header line may take in common proxies' defaults (nginx's among them).
+pub const MAX_CLIENT_CAPABILITIES: usize = 4 * 1024;
 
 /// Live state of one legacy session.
 #[derive(Debug, Default)]

@@ -54,7 +54,7 @@ pub fn initialize(req: &Request<'_>, catalog: &CatalogView) -> Result<Value, Err
             *n = Some(negotiated);
         }
         if let Ok(mut c) = session.client_capabilities.lock() {
-            *c = capabilities.cloned().unwrap_or(Value::Null);
+            *c = capabilities.cloned().unwrap_or_else(|| json!({}));
         }
     }
     tracing::info!(requested = requested.unwrap_or("(none)"), negotiated, "initialize");

@@ -211,9 +211,9 @@ pub fn check(call: &Call, answer: &Answer) -> Result<Value, String> {
 /// (version, id, no `error`) checked alone. Any other answer is checked in full. Building each
 /// reply's tree of `Value`s took about a third of the load generator's core on small answers,
 /// and scanning a 1 MiB read's text about 0.7 ms: both capped what it could measure of the
-/// fastest servers. What passed is shared by the connections (the calls are the same on each):
-/// kept per connection, each of 64 connections checked each of 100 pages of 10 000 tools in full
-/// once and kept its own 2 MiB of bodies to compare with.
+/// fastest servers. What passed is shared by the connections (the calls are the same on each).
+/// Until 2026-12-06 it was kept per connection: each of 64 connections checked each of 100 pages
+/// of 10 000 tools in full once and kept its own 2 MiB of bodies to compare with.
 pub struct Checker {
     passed: Box<[Mutex<Passed>]>,
 }
@@ -497,6 +497,8 @@ mod tests {
         assert!(checker.check(0, &call, &not_utf8()).is_err());
     }
 
+    /// One checker used from several threads at once (the load generator's connections can be
+    /// on either of its runtime's threads): what passes and what is refused stay the same.
     #[test]
     fn connections_share_what_passed_and_still_refuse_what_is_wrong() {
         let call = echo(Era::Legacy, "tool_0", "hi", 3);

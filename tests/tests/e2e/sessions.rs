@@ -281,24 +281,28 @@ async fn capabilities_an_http_session_id_cannot_carry_are_refused() {
         json!({"experimental":{"blob":"x".repeat(size - shell)}})
     };
     // At the limit: a session whose id comes back and names it.
-    let at_limit = sized(8 * 1024);
-    assert_eq!(at_limit.to_string().len(), 8 * 1024);
+    let at_limit = sized(4 * 1024);
+    assert_eq!(at_limit.to_string().len(), 4 * 1024);
     let r = c.post(&init(at_limit), &[]).await;
     assert_eq!(r.result()["protocolVersion"], "2025-06-18", "{}", r.text);
     let sid = r.headers.get("mcp-session-id").expect("a session id").to_str().expect("ASCII").to_owned();
-    assert!(sid.len() < 11 * 1024, "an id of {} bytes", sid.len());
+    assert!(sid.len() < 6 * 1024, "an id of {} bytes", sid.len());
     let h = [("mcp-session-id", sid.as_str()), ("mcp-protocol-version", "2025-06-18")];
     let r = c.post(&json!({"jsonrpc":"2.0","method":"notifications/initialized"}), &h).await;
     assert_eq!(r.status, 202, "{}", r.text);
     let r = c.post(&json!({"jsonrpc":"2.0","id":1,"method":"ping"}), &h).await;
     assert_eq!(r.result(), &json!({}), "{}", r.text);
     // One byte more, or not an object: -32602 and no session.
-    for (capabilities, says) in [(sized(8 * 1024 + 1), "8193 bytes"), (json!("all"), "must be an object")] {
+    for (capabilities, says) in [(sized(4 * 1024 + 1), "4097 bytes"), (json!("all"), "must be an object")] {
         let r = c.post(&init(capabilities), &[]).await;
         assert_eq!(r.error_code(), Some(-32602), "{}", r.text);
         assert!(r.json["error"]["message"].as_str().is_some_and(|m| m.contains(says)), "{}", r.text);
         assert!(r.headers.get("mcp-session-id").is_none());
     }
+    // None at all (null) is no capability: a session.
+    let r = c.post(&init(Value::Null), &[]).await;
+    assert_eq!(r.result()["protocolVersion"], "2025-06-18", "{}", r.text);
+    assert!(r.headers.get("mcp-session-id").is_some());
     // Over stdio no id carries them: taken whole.
     let mut stdio = e2e::StdioClient::start(&[]).await;
     let (_, reply) = stdio.request(&init(json!(["all"]))).await;
