@@ -312,7 +312,7 @@ async fn mcp_post(
                     // to answer as live: then it is learnt).
                     Era::Legacy if gw.cache.session_list(method) => {
                         let session_id =
-                            headers.get(mcp_proto::vocab::header::SESSION_ID).and_then(|v| v.to_str().ok());
+                            headers.get(mcp_proto::vocab::header::SESSION_ID).and_then(crate::headers::text);
                         match (gw.sessions.as_deref(), session_id) {
                             (Some(sessions), Some(session_id)) => match sessions.live_revision(session_id) {
                                 Some(revision) => Some(gw.cache.session_list_key(method, revision, version, params)),
@@ -478,7 +478,7 @@ fn param_headers(headers: &HeaderMap) -> std::collections::HashMap<String, Strin
 }
 
 fn header_str(headers: &HeaderMap, name: &str) -> String {
-    headers.get(name).and_then(|v| v.to_str().ok()).unwrap_or_default().to_owned()
+    headers.get(name).and_then(crate::headers::text).unwrap_or_default().to_owned()
 }
 
 /// Ready while not draining and while mcp-service reports itself serving.

@@ -170,7 +170,7 @@ impl Auth {
     pub async fn principal(&self, headers: &HeaderMap) -> Result<Arc<Principal>, Denied> {
         let token = headers
             .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
+            .and_then(crate::headers::text)
             .and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")))
             .map(str::trim)
             .ok_or(Denied::Missing)?;

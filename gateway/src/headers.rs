@@ -1,8 +1,8 @@
 //! Pure checks over request headers: DNS-rebinding protection (`Host`, `Origin`), content
 //! negotiation, and the 2026-07-28 routing headers against the body.
 
-use http::HeaderMap;
 use http::header::{ACCEPT, CONTENT_TYPE, HOST, ORIGIN};
+use http::{HeaderMap, HeaderValue};
 use mcp_proto::envelope::Envelope;
 use mcp_proto::header_codec;
 use mcp_proto::vocab::header;
@@ -85,6 +85,21 @@ impl OriginPolicy {
             _ => false,
         }
     }
+}
+
+/// Whether every byte is visible ASCII (0x20 to 0x7e). Checked without stopping at the first
+/// bad byte, so that the compiler checks many bytes at once: an `Authorization` header with a
+/// JWT is about 800 bytes, and a byte-by-byte loop that may stop early cost about 0.2 us there.
+pub fn visible_ascii(bytes: &[u8]) -> bool {
+    bytes.iter().fold(0u8, |bad, &b| bad | u8::from(b.wrapping_sub(0x20) >= 0x5f)) == 0
+}
+
+/// A header's value as text, under the rule of `HeaderValue::to_str` (visible ASCII and tabs),
+/// checked as [`visible_ascii`] is.
+pub fn text(value: &HeaderValue) -> Option<&str> {
+    let bytes = value.as_bytes();
+    let text = bytes.iter().fold(0u8, |bad, &b| bad | u8::from(b != b'\t' && b.wrapping_sub(0x20) >= 0x5f)) == 0;
+    text.then(|| std::str::from_utf8(bytes).ok()).flatten()
 }
 
 /// `Content-Type` must be JSON (415 otherwise).
@@ -196,6 +211,24 @@ pub fn check_modern_headers(headers: &HeaderMap, env: &Envelope<'_>, version: Op
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn header_text_follows_to_str() {
+        let mut checked = 0;
+        for b in 0..=255u8 {
+            for bytes in [vec![b], vec![b'a'; 40].into_iter().chain([b]).chain(vec![b'z'; 40]).collect()] {
+                let Ok(value) = http::HeaderValue::from_bytes(&bytes) else { continue };
+                checked += 1;
+                assert_eq!(super::text(&value), value.to_str().ok(), "byte {b:#04x}");
+                let visible = (0x20..=0x7e).contains(&b);
+                assert_eq!(super::visible_ascii(value.as_bytes()), visible, "byte {b:#04x}");
+            }
+        }
+        // Every byte a header value may hold: a tab, 0x20 to 0x7e and 0x80 to 0xff, alone and
+        // amid visible ASCII.
+        assert_eq!(checked, 2 * (1 + 95 + 128));
+        assert!(super::visible_ascii(b""));
+    }
+
     use super::*;
     use http::HeaderValue;
     use mcp_proto::envelope::{Body, parse_body};

@@ -188,7 +188,7 @@ pub fn header_refusal(req: &Request, max_header_bytes: usize) -> Option<Response
             let first = values.next();
             let problem = if values.next().is_some() {
                 Some("appears more than once")
-            } else if first.is_some_and(|v| !v.as_bytes().iter().all(|b| (0x20..=0x7e).contains(b))) {
+            } else if first.is_some_and(|v| !crate::headers::visible_ascii(v.as_bytes())) {
                 Some("must be visible ASCII")
             } else {
                 None
