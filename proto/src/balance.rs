@@ -42,7 +42,8 @@ use crate::link::{Link, Settings};
 
 use crate::transport::{GrpcChannel, TransportError};
 
-/// The gRPC metadata entry that carries a call's affinity key.
+/// The gRPC metadata entry that carries a call's affinity key to the balancer, which takes it
+/// out before the call leaves.
 pub const AFFINITY: &str = "mcp-affinity";
 
 /// Send `request` to the replica its `key` maps to (see the module documentation). Keys that
@@ -488,11 +489,14 @@ impl Service<http::Request<Body>> for Balanced {
         Poll::Ready(Ok(()))
     }
 
-    fn call(&mut self, request: http::Request<Body>) -> Self::Future {
+    fn call(&mut self, mut request: http::Request<Body>) -> Self::Future {
         let pool = self.0.clone();
         Box::pin(async move {
-            let affinity = request.headers().get(AFFINITY).map(|v| v.as_bytes().to_vec());
-            let member = pool.pick_for(affinity.as_deref()).await?;
+            // The key chooses the replica and goes no further: the service has the session id
+            // in the message, and a key of a few hundred bytes cost both sides its HPACK
+            // coding on every call.
+            let affinity = request.headers_mut().remove(AFFINITY);
+            let member = pool.pick_for(affinity.as_ref().map(http::HeaderValue::as_bytes)).await?;
             let listed = pool.members.borrow().len();
             // The body in one piece (see `read_message`), kept, with several replicas, so that
             // a call the chosen replica never processed can go to another one.
@@ -701,6 +705,58 @@ mod tests {
         assert_eq!(chosen.len(), 2, "16 keys over two replicas");
         drop(busy);
         drop(reopened);
+    }
+
+    /// The affinity key picks the replica and stays behind; the call's other headers go.
+    #[tokio::test]
+    async fn the_affinity_key_chooses_but_does_not_travel() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("test setup");
+        let addr = listener.local_addr().expect("test setup");
+        let (seen_tx, mut seen) = tokio::sync::mpsc::unbounded_channel();
+        // A stand-in replica: each call's headers noted, answered with an empty gRPC success.
+        tokio::spawn(async move {
+            while let Ok((socket, _)) = listener.accept().await {
+                let seen_tx = seen_tx.clone();
+                tokio::spawn(async move {
+                    let Ok(mut conn) = h2::server::handshake(socket).await else { return };
+                    while let Some(Ok((request, mut respond))) = conn.accept().await {
+                        let _ = seen_tx.send(request.headers().clone());
+                        let head = http::Response::builder()
+                            .header("content-type", "application/grpc")
+                            .body(())
+                            .expect("test setup");
+                        let Ok(mut stream) = respond.send_response(head, false) else { return };
+                        let mut trailers = http::HeaderMap::new();
+                        trailers.insert("grpc-status", http::HeaderValue::from_static("0"));
+                        let _ = stream.send_trailers(trailers);
+                    }
+                });
+            }
+        });
+        let url = format!("http://{addr}");
+        let request = || {
+            let mut request = http::Request::post("/mcp.v1.McpService/Handle")
+                .version(http::Version::HTTP_2)
+                .header("content-type", "application/grpc")
+                .header("x-kept", "yes")
+                .body(Body::new(http_body_util::Full::new(bytes::Bytes::from_static(&[0, 0, 0, 0, 0]))))
+                .expect("test setup");
+            request.headers_mut().insert(AFFINITY, http::HeaderValue::from_static("session-payload.seal"));
+            request
+        };
+        // Through a pool of replicas, and to a single one (`connect` with one URL).
+        let link = Link::new(&url, Settings::default()).expect("test setup");
+        let member = Member::new("test", url.clone(), Probe::Name(addr.ip().to_string(), addr.port()), link);
+        let (_tx, rx) = watch::channel(vec![member]);
+        let balanced = GrpcChannel::new(Balanced(Pool::new("test", rx)));
+        let single = connect("test", &Target::Single(url), Settings::default()).expect("test setup");
+        for (how, mut channel) in [("pool", balanced), ("single", single)] {
+            let response = channel.call(request()).await.expect("an answer");
+            assert_eq!(response.status(), http::StatusCode::OK, "{how}");
+            let headers = seen.recv().await.expect("the call reached the replica");
+            assert!(headers.get(AFFINITY).is_none(), "{how}: the key travelled: {headers:?}");
+            assert_eq!(headers.get("x-kept").map(http::HeaderValue::as_bytes), Some(&b"yes"[..]), "{how}");
+        }
     }
 
     #[tokio::test]
