@@ -211,6 +211,10 @@ pub fn check_modern_headers(headers: &HeaderMap, env: &Envelope<'_>, version: Op
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+    use http::HeaderValue;
+    use mcp_proto::envelope::{Body, parse_body};
+
     #[test]
     fn header_text_follows_to_str() {
         let mut checked = 0;
@@ -228,10 +232,6 @@ mod tests {
         assert_eq!(checked, 2 * (1 + 95 + 128));
         assert!(super::visible_ascii(b""));
     }
-
-    use super::*;
-    use http::HeaderValue;
-    use mcp_proto::envelope::{Body, parse_body};
 
     fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
         let mut h = HeaderMap::new();
