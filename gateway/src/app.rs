@@ -200,7 +200,7 @@ async fn mcp_delete(
     }
     let principal = principal.map(Arc::unwrap_or_clone);
     let mut request = forward::traced(pb::EndSessionRequest { session_id: session_id.clone(), principal });
-    mcp_proto::balance::set_affinity(&mut request, &session_id);
+    mcp_proto::balance::set_affinity(&mut request, session_id);
     match gw.mcp.clone().end_session(request).await {
         Ok(r) if r.get_ref().ended => StatusCode::NO_CONTENT.into_response(),
         Ok(_) => rpc_error(StatusCode::NOT_FOUND, None, ErrorCode(-32001), "Session not found"),

@@ -122,7 +122,7 @@ pub async fn forward(channel: GrpcChannel, request: pb::McpRequest, accepts: Acc
     if !session.is_empty() {
         // A legacy session's requests go to one mcp-service replica (its streams and the
         // answers it awaits live there).
-        mcp_proto::balance::set_affinity(&mut request, &session);
+        mcp_proto::balance::set_affinity(&mut request, session);
     }
     let mut frames = match mcp_proto::call::handle(channel, request).await {
         Ok(frames) => frames,
@@ -200,7 +200,7 @@ pub async fn forward(channel: GrpcChannel, request: pb::McpRequest, accepts: Acc
 pub async fn listen(mut client: McpServiceClient<GrpcChannel>, request: pb::ListenRequest) -> Response {
     let session = request.session_id.clone();
     let mut request = traced(request);
-    mcp_proto::balance::set_affinity(&mut request, &session);
+    mcp_proto::balance::set_affinity(&mut request, session);
     let frames = match client.listen(request).await {
         Ok(r) => r.into_inner(),
         Err(status) if status.code() == tonic::Code::NotFound => {

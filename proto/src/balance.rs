@@ -42,16 +42,14 @@ use crate::link::{Link, Settings};
 
 use crate::transport::{GrpcChannel, TransportError};
 
-/// The gRPC metadata entry that carries a call's affinity key to the balancer, which takes it
-/// out before the call leaves.
-pub const AFFINITY: &str = "mcp-affinity";
+/// A call's affinity key, in its extensions: it chooses the replica and never travels (the
+/// service has the session id in the message).
+#[derive(Clone, Debug)]
+pub struct Affinity(pub bytes::Bytes);
 
-/// Send `request` to the replica its `key` maps to (see the module documentation). Keys that
-/// cannot be metadata (not visible ASCII) are left out: the call is balanced like any other.
-pub fn set_affinity<T>(request: &mut tonic::Request<T>, key: &str) {
-    if let Ok(value) = tonic::metadata::MetadataValue::try_from(key) {
-        request.metadata_mut().insert(AFFINITY, value);
-    }
+/// Send `request` to the replica its `key` maps to (see the module documentation).
+pub fn set_affinity<T>(request: &mut tonic::Request<T>, key: String) {
+    request.extensions_mut().insert(Affinity(key.into()));
 }
 
 /// Calls that stay open for as long as their caller lives (change feeds, a legacy session's
@@ -492,11 +490,8 @@ impl Service<http::Request<Body>> for Balanced {
     fn call(&mut self, mut request: http::Request<Body>) -> Self::Future {
         let pool = self.0.clone();
         Box::pin(async move {
-            // The key chooses the replica and goes no further: the service has the session id
-            // in the message, and a key of a few hundred bytes cost both sides its HPACK
-            // coding on every call.
-            let affinity = request.headers_mut().remove(AFFINITY);
-            let member = pool.pick_for(affinity.as_ref().map(http::HeaderValue::as_bytes)).await?;
+            let affinity = request.extensions_mut().remove::<Affinity>();
+            let member = pool.pick_for(affinity.as_ref().map(|key| &key.0[..])).await?;
             let listed = pool.members.borrow().len();
             // The body in one piece (see `read_message`), kept, with several replicas, so that
             // a call the chosen replica never processed can go to another one.
@@ -707,20 +702,18 @@ mod tests {
         drop(reopened);
     }
 
-    /// The affinity key picks the replica and stays behind; the call's other headers go.
-    #[tokio::test]
-    async fn the_affinity_key_chooses_but_does_not_travel() {
+    /// A stand-in replica on a port of its own: each call's headers are sent to `seen` with
+    /// `name`, and answered with an empty gRPC success.
+    async fn stand_in(name: usize, seen: tokio::sync::mpsc::UnboundedSender<(usize, http::HeaderMap)>) -> String {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("test setup");
         let addr = listener.local_addr().expect("test setup");
-        let (seen_tx, mut seen) = tokio::sync::mpsc::unbounded_channel();
-        // A stand-in replica: each call's headers noted, answered with an empty gRPC success.
         tokio::spawn(async move {
             while let Ok((socket, _)) = listener.accept().await {
-                let seen_tx = seen_tx.clone();
+                let seen = seen.clone();
                 tokio::spawn(async move {
                     let Ok(mut conn) = h2::server::handshake(socket).await else { return };
                     while let Some(Ok((request, mut respond))) = conn.accept().await {
-                        let _ = seen_tx.send(request.headers().clone());
+                        let _ = seen.send((name, request.headers().clone()));
                         let head = http::Response::builder()
                             .header("content-type", "application/grpc")
                             .body(())
@@ -733,30 +726,65 @@ mod tests {
                 });
             }
         });
-        let url = format!("http://{addr}");
-        let request = || {
-            let mut request = http::Request::post("/mcp.v1.McpService/Handle")
-                .version(http::Version::HTTP_2)
-                .header("content-type", "application/grpc")
-                .header("x-kept", "yes")
-                .body(Body::new(http_body_util::Full::new(bytes::Bytes::from_static(&[0, 0, 0, 0, 0]))))
-                .expect("test setup");
-            request.headers_mut().insert(AFFINITY, http::HeaderValue::from_static("session-payload.seal"));
-            request
-        };
-        // Through a pool of replicas, and to a single one (`connect` with one URL).
-        let link = Link::new(&url, Settings::default()).expect("test setup");
-        let member = Member::new("test", url.clone(), Probe::Name(addr.ip().to_string(), addr.port()), link);
-        let (_tx, rx) = watch::channel(vec![member]);
-        let balanced = GrpcChannel::new(Balanced(Pool::new("test", rx)));
-        let single = connect("test", &Target::Single(url), Settings::default()).expect("test setup");
-        for (how, mut channel) in [("pool", balanced), ("single", single)] {
-            let response = channel.call(request()).await.expect("an answer");
-            assert_eq!(response.status(), http::StatusCode::OK, "{how}");
-            let headers = seen.recv().await.expect("the call reached the replica");
-            assert!(headers.get(AFFINITY).is_none(), "{how}: the key travelled: {headers:?}");
-            assert_eq!(headers.get("x-kept").map(http::HeaderValue::as_bytes), Some(&b"yes"[..]), "{how}");
+        format!("http://{addr}")
+    }
+
+    /// Calls made as the gateway makes them (`call::handle`): the affinity key chooses the
+    /// replica, through a pool, and is sent to none, through a pool or to a single URL; the
+    /// call's metadata goes.
+    #[tokio::test]
+    async fn the_affinity_key_chooses_but_does_not_travel() {
+        let (seen_tx, mut seen) = tokio::sync::mpsc::unbounded_channel();
+        let urls = [stand_in(0, seen_tx.clone()).await, stand_in(1, seen_tx).await];
+        let members = urls
+            .iter()
+            .map(|url| {
+                let p = url::Url::parse(url).expect("test setup");
+                let probe = Probe::Name(p.host_str().expect("test setup").into(), p.port().expect("test setup"));
+                Member::new("test", url.clone(), probe, Link::new(url, Settings::default()).expect("test setup"))
+            })
+            .collect::<Vec<_>>();
+        for member in &members {
+            member.start_probe(Duration::ZERO);
         }
+        for _ in 0..100 {
+            if members.iter().all(|m| m.is_up()) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert!(members.iter().all(|m| m.is_up()), "both stand-ins answer the probe");
+        let (_tx, rx) = watch::channel(members);
+        let balanced = GrpcChannel::new(Balanced(Pool::new("test", rx)));
+        let single = connect("test", &Target::Single(urls[0].clone()), Settings::default()).expect("test setup");
+        let call = |channel: GrpcChannel, key: &str| {
+            let mut request = tonic::Request::new(crate::mcp::McpRequest::default());
+            request.metadata_mut().insert("x-kept", tonic::metadata::MetadataValue::from_static("yes"));
+            set_affinity(&mut request, key.to_owned());
+            async move {
+                let frames = crate::call::handle(channel, request).await.expect("an answer");
+                frames.finish().await;
+            }
+        };
+        let mut chosen = BTreeSet::new();
+        for key in (0..16).map(|k| format!("session-{k}.seal")) {
+            let mut replicas = BTreeSet::new();
+            for (how, channel) in [("pool", &balanced), ("pool", &balanced), ("pool", &balanced), ("single", &single)] {
+                call(channel.clone(), &key).await;
+                let (replica, headers) = seen.recv().await.expect("the call reached a replica");
+                assert!(
+                    headers.values().all(|v| !v.as_bytes().windows(key.len()).any(|w| w == key.as_bytes())),
+                    "{how}: the key travelled: {headers:?}"
+                );
+                assert_eq!(headers.get("x-kept").map(http::HeaderValue::as_bytes), Some(&b"yes"[..]), "{how}");
+                if how == "pool" {
+                    replicas.insert(replica);
+                }
+            }
+            assert_eq!(replicas.len(), 1, "{key}: one replica for its calls");
+            chosen.extend(replicas);
+        }
+        assert_eq!(chosen.len(), 2, "16 keys over two replicas");
     }
 
     #[tokio::test]

@@ -35,11 +35,11 @@ pub const HANDLE_PATH: &str = "/mcp.v1.McpService/Handle";
 const PREFIX: usize = 5;
 
 /// Call `Handle` with `request` (its metadata as the caller set it: the trace, the service
-/// token, a replica's affinity) on `channel`, and return the call's frames once the answer's
+/// token) and extensions (a replica's affinity) on `channel`, and return the call's frames once the answer's
 /// headers have come.
 pub async fn handle(channel: GrpcChannel, request: tonic::Request<pb::McpRequest>) -> Result<Frames, Status> {
-    // Its extensions stay behind: nothing the callers set travels in them.
-    let (metadata, _, message) = request.into_parts();
+    // Its extensions go with it to the channel (a replica's affinity); they are not sent.
+    let (metadata, extensions, message) = request.into_parts();
     // A message longer than gRPC's 32-bit length cannot be sent; the gateway's own limit keeps
     // bodies far below it.
     let len = message.encoded_len();
@@ -60,6 +60,9 @@ pub async fn handle(channel: GrpcChannel, request: tonic::Request<pb::McpRequest
     let mut builder = http::Request::post(HANDLE_PATH).version(http::Version::HTTP_2);
     if let Some(slot) = builder.headers_mut() {
         *slot = headers;
+    }
+    if let Some(slot) = builder.extensions_mut() {
+        *slot = extensions;
     }
     let request = builder
         .body(tonic::body::Body::new(http_body_util::Full::new(encoded.freeze())))

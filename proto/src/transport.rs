@@ -152,9 +152,7 @@ impl tower::Service<http::Request<Body>> for Network {
         Poll::Ready(Ok(()))
     }
 
-    fn call(&mut self, mut request: http::Request<Body>) -> Self::Future {
-        // One replica: an affinity key has nothing to choose, and is not sent.
-        request.headers_mut().remove(crate::balance::AFFINITY);
+    fn call(&mut self, request: http::Request<Body>) -> Self::Future {
         let link = self.0.clone();
         Box::pin(async move { link.call(request).await })
     }
