@@ -87,19 +87,24 @@ impl OriginPolicy {
     }
 }
 
-/// Whether every byte is visible ASCII (0x20 to 0x7e). Checked without stopping at the first
-/// bad byte, so that the compiler checks many bytes at once: an `Authorization` header with a
-/// JWT is about 800 bytes, and a byte-by-byte loop that may stop early cost about 0.2 us there.
+/// Whether every byte is visible ASCII (0x20 to 0x7e).
 pub fn visible_ascii(bytes: &[u8]) -> bool {
-    bytes.iter().fold(0u8, |bad, &b| bad | u8::from(b.wrapping_sub(0x20) >= 0x5f)) == 0
+    only_visible(bytes, false)
 }
 
-/// A header's value as text, under the rule of `HeaderValue::to_str` (visible ASCII and tabs),
-/// checked as [`visible_ascii`] is.
+/// A header's value as text, under the rule of `HeaderValue::to_str` (visible ASCII and tabs).
 pub fn text(value: &HeaderValue) -> Option<&str> {
     let bytes = value.as_bytes();
-    let text = bytes.iter().fold(0u8, |bad, &b| bad | u8::from(b != b'\t' && b.wrapping_sub(0x20) >= 0x5f)) == 0;
-    text.then(|| std::str::from_utf8(bytes).ok()).flatten()
+    only_visible(bytes, true).then(|| std::str::from_utf8(bytes).ok()).flatten()
+}
+
+/// Whether every byte is visible ASCII, or a tab when `tab` allows it. Checked without stopping
+/// at the first bad byte, so that the compiler checks many bytes at once: an `Authorization`
+/// header with a JWT is about 800 bytes, and a byte-by-byte loop that may stop early cost about
+/// 0.2 us there.
+#[inline(always)]
+fn only_visible(bytes: &[u8], tab: bool) -> bool {
+    bytes.iter().fold(0u8, |bad, &b| bad | u8::from(!(tab && b == b'\t') && b.wrapping_sub(0x20) >= 0x5f)) == 0
 }
 
 /// `Content-Type` must be JSON (415 otherwise).
