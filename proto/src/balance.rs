@@ -649,13 +649,16 @@ mod tests {
             format!("http://{closed_addr}"),
         ]);
         let Target::List(urls) = &target else { unreachable!() };
+        // Keys of their own, not the URLs' random ports: the same choice of replica for a key on
+        // every run.
         let members: Vec<Arc<Member>> = urls
             .iter()
-            .map(|u| {
+            .enumerate()
+            .map(|(i, u)| {
                 let p = url::Url::parse(u).expect("test setup");
                 Member::new(
                     "test",
-                    u.clone(),
+                    format!("replica-{i}"),
                     Probe::Name(p.host_str().expect("test setup").into(), p.port().expect("test setup")),
                     Link::new(u, Settings::default()).expect("test setup"),
                 )
@@ -729,19 +732,22 @@ mod tests {
         format!("http://{addr}")
     }
 
-    /// Calls made as the gateway makes them (`call::handle`): the affinity key chooses the
-    /// replica, through a pool, and is sent to none, through a pool or to a single URL; the
-    /// call's metadata goes.
+    /// Calls made as the gateway makes them (`call::handle`, and tonic's generated client): the
+    /// affinity key chooses the replica, through a pool, and is sent to none, through a pool or
+    /// to a single URL; the call's metadata goes.
     #[tokio::test]
     async fn the_affinity_key_chooses_but_does_not_travel() {
         let (seen_tx, mut seen) = tokio::sync::mpsc::unbounded_channel();
         let urls = [stand_in(0, seen_tx.clone()).await, stand_in(1, seen_tx).await];
+        // Keys of their own (not the URLs' random ports): the same choices on every run.
         let members = urls
             .iter()
-            .map(|url| {
+            .enumerate()
+            .map(|(i, url)| {
                 let p = url::Url::parse(url).expect("test setup");
                 let probe = Probe::Name(p.host_str().expect("test setup").into(), p.port().expect("test setup"));
-                Member::new("test", url.clone(), probe, Link::new(url, Settings::default()).expect("test setup"))
+                let link = Link::new(url, Settings::default()).expect("test setup");
+                Member::new("test", format!("replica-{i}"), probe, link)
             })
             .collect::<Vec<_>>();
         for member in &members {
@@ -757,20 +763,39 @@ mod tests {
         let (_tx, rx) = watch::channel(members);
         let balanced = GrpcChannel::new(Balanced(Pool::new("test", rx)));
         let single = connect("test", &Target::Single(urls[0].clone()), Settings::default()).expect("test setup");
-        let call = |channel: GrpcChannel, key: &str| {
-            let mut request = tonic::Request::new(crate::mcp::McpRequest::default());
-            request.metadata_mut().insert("x-kept", tonic::metadata::MetadataValue::from_static("yes"));
-            set_affinity(&mut request, key.to_owned());
+        // A `Handle` call as the gateway makes it (`call::handle`), and a stream through
+        // tonic's generated client (as `Listen` and `EndSession` are called).
+        let call = |channel: GrpcChannel, key: &str, generated: bool| {
+            fn kept<T>(message: T, key: &str) -> tonic::Request<T> {
+                let mut request = tonic::Request::new(message);
+                request.metadata_mut().insert("x-kept", tonic::metadata::MetadataValue::from_static("yes"));
+                set_affinity(&mut request, key.to_owned());
+                request
+            }
+            let handle = kept(crate::mcp::McpRequest::default(), key);
+            let listen = kept(crate::mcp::ListenRequest::default(), key);
             async move {
-                let frames = crate::call::handle(channel, request).await.expect("an answer");
-                frames.finish().await;
+                if generated {
+                    let mut client = crate::mcp::mcp_service_client::McpServiceClient::new(channel);
+                    let mut stream = client.listen(listen).await.expect("an answer").into_inner();
+                    while let Ok(Some(_)) = stream.message().await {}
+                } else {
+                    crate::call::handle(channel, handle).await.expect("an answer").finish().await;
+                }
             }
         };
         let mut chosen = BTreeSet::new();
         for key in (0..16).map(|k| format!("session-{k}.seal")) {
             let mut replicas = BTreeSet::new();
-            for (how, channel) in [("pool", &balanced), ("pool", &balanced), ("pool", &balanced), ("single", &single)] {
-                call(channel.clone(), &key).await;
+            for (how, channel, generated) in [
+                ("pool", &balanced, false),
+                ("pool", &balanced, true),
+                ("pool", &balanced, false),
+                ("pool", &balanced, true),
+                ("single", &single, false),
+                ("single", &single, true),
+            ] {
+                call(channel.clone(), &key, generated).await;
                 let (replica, headers) = seen.recv().await.expect("the call reached a replica");
                 assert!(
                     headers.values().all(|v| !v.as_bytes().windows(key.len()).any(|w| w == key.as_bytes())),
