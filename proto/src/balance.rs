@@ -649,21 +649,7 @@ mod tests {
             format!("http://{closed_addr}"),
         ]);
         let Target::List(urls) = &target else { unreachable!() };
-        // Keys of their own, not the URLs' random ports: the same choice of replica for a key on
-        // every run.
-        let members: Vec<Arc<Member>> = urls
-            .iter()
-            .enumerate()
-            .map(|(i, u)| {
-                let p = url::Url::parse(u).expect("test setup");
-                Member::new(
-                    "test",
-                    format!("replica-{i}"),
-                    Probe::Name(p.host_str().expect("test setup").into(), p.port().expect("test setup")),
-                    Link::new(u, Settings::default()).expect("test setup"),
-                )
-            })
-            .collect();
+        let members = members_of(urls);
         for m in &members {
             m.start_probe(Duration::ZERO);
         }
@@ -705,6 +691,20 @@ mod tests {
         drop(reopened);
     }
 
+    /// A replica for each URL, probed by its host and port. Keys of their own, not the URLs'
+    /// random ports: the same choice of replica for a key on every run.
+    fn members_of(urls: &[String]) -> Vec<Arc<Member>> {
+        urls.iter()
+            .enumerate()
+            .map(|(i, url)| {
+                let p = url::Url::parse(url).expect("test setup");
+                let probe = Probe::Name(p.host_str().expect("test setup").into(), p.port().expect("test setup"));
+                let link = Link::new(url, Settings::default()).expect("test setup");
+                Member::new("test", format!("replica-{i}"), probe, link)
+            })
+            .collect()
+    }
+
     /// A stand-in replica on a port of its own: each call's headers are sent to `seen` with
     /// `name`, and answered with an empty gRPC success.
     async fn stand_in(name: usize, seen: tokio::sync::mpsc::UnboundedSender<(usize, http::HeaderMap)>) -> String {
@@ -739,17 +739,7 @@ mod tests {
     async fn the_affinity_key_chooses_but_does_not_travel() {
         let (seen_tx, mut seen) = tokio::sync::mpsc::unbounded_channel();
         let urls = [stand_in(0, seen_tx.clone()).await, stand_in(1, seen_tx).await];
-        // Keys of their own (not the URLs' random ports): the same choices on every run.
-        let members = urls
-            .iter()
-            .enumerate()
-            .map(|(i, url)| {
-                let p = url::Url::parse(url).expect("test setup");
-                let probe = Probe::Name(p.host_str().expect("test setup").into(), p.port().expect("test setup"));
-                let link = Link::new(url, Settings::default()).expect("test setup");
-                Member::new("test", format!("replica-{i}"), probe, link)
-            })
-            .collect::<Vec<_>>();
+        let members = members_of(&urls);
         for member in &members {
             member.start_probe(Duration::ZERO);
         }
@@ -765,23 +755,21 @@ mod tests {
         let single = connect("test", &Target::Single(urls[0].clone()), Settings::default()).expect("test setup");
         // A `Handle` call as the gateway makes it (`call::handle`), and a stream through
         // tonic's generated client (as `Listen` and `EndSession` are called).
-        let call = |channel: GrpcChannel, key: &str, generated: bool| {
-            fn kept<T>(message: T, key: &str) -> tonic::Request<T> {
-                let mut request = tonic::Request::new(message);
-                request.metadata_mut().insert("x-kept", tonic::metadata::MetadataValue::from_static("yes"));
-                set_affinity(&mut request, key.to_owned());
-                request
-            }
-            let handle = kept(crate::mcp::McpRequest::default(), key);
-            let listen = kept(crate::mcp::ListenRequest::default(), key);
-            async move {
-                if generated {
-                    let mut client = crate::mcp::mcp_service_client::McpServiceClient::new(channel);
-                    let mut stream = client.listen(listen).await.expect("an answer").into_inner();
-                    while let Ok(Some(_)) = stream.message().await {}
-                } else {
-                    crate::call::handle(channel, handle).await.expect("an answer").finish().await;
-                }
+        fn kept<T>(message: T, key: &str) -> tonic::Request<T> {
+            let mut request = tonic::Request::new(message);
+            request.metadata_mut().insert("x-kept", tonic::metadata::MetadataValue::from_static("yes"));
+            set_affinity(&mut request, key.to_owned());
+            request
+        }
+        let call = async |channel: GrpcChannel, key: &str, generated: bool| {
+            if generated {
+                let mut client = crate::mcp::mcp_service_client::McpServiceClient::new(channel);
+                let listen = kept(crate::mcp::ListenRequest::default(), key);
+                let mut stream = client.listen(listen).await.expect("an answer").into_inner();
+                while let Ok(Some(_)) = stream.message().await {}
+            } else {
+                let handle = kept(crate::mcp::McpRequest::default(), key);
+                crate::call::handle(channel, handle).await.expect("an answer").finish().await;
             }
         };
         let mut chosen = BTreeSet::new();

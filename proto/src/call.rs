@@ -35,8 +35,8 @@ pub const HANDLE_PATH: &str = "/mcp.v1.McpService/Handle";
 const PREFIX: usize = 5;
 
 /// Call `Handle` with `request` (its metadata as the caller set it: the trace, the service
-/// token) and extensions (a replica's affinity) on `channel`, and return the call's frames once the answer's
-/// headers have come.
+/// token; its extensions: a replica's affinity) on `channel`, and return the call's frames once
+/// the answer's headers have come.
 pub async fn handle(channel: GrpcChannel, request: tonic::Request<pb::McpRequest>) -> Result<Frames, Status> {
     // Its extensions go with it to the channel (a replica's affinity); they are not sent.
     let (metadata, extensions, message) = request.into_parts();
