@@ -5,7 +5,7 @@
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() {
-    mcp_proto::runtime::serve(async {
+    mcp_proto::runtime::serve("mcp-service", async {
         mcp_service::entry::main("mcp-service", Some(mcp_service::embedded_registry)).await;
     })
 }

@@ -2,7 +2,7 @@ use clap::Parser as _;
 use oauth_service::config::Cli;
 
 fn main() {
-    mcp_proto::runtime::serve(async {
+    mcp_proto::runtime::serve("oauth-service", async {
         let telemetry = mcp_proto::telemetry::init("oauth-service");
         let mut cli = Cli::parse();
         let command = cli.command.take();

@@ -31,6 +31,7 @@ pub mod outbound;
 pub mod request_log;
 pub mod resident;
 pub mod runtime;
+pub mod scheduling;
 pub mod socket;
 pub mod telemetry;
 pub mod templates;

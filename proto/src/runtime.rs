@@ -99,7 +99,15 @@ pub fn check_writable_dir(dir: &Path) -> Result<(), String> {
 /// multi-threaded runtime: there a request's work answers the connection task that waits for
 /// it in this process, and that task's next turn is what the LIFO slot gives (on one thread,
 /// measured: calls and legacy lists 8–13 % dearer).
-pub fn serve<F: std::future::Future>(main: F) -> F::Output {
+///
+/// The process runs under `SCHED_BATCH` unless `MCP_SCHED_POLICY=normal`
+/// ([`crate::scheduling`]); another value is refused as `binary`'s configuration error.
+pub fn serve<F: std::future::Future>(binary: &str, main: F) -> F::Output {
+    use crate::scheduling::{Policy, VAR, apply};
+    match Policy::from_value(std::env::var(VAR).ok().as_deref()) {
+        Ok(policy) => apply(policy),
+        Err(why) => refuse_config(binary, why),
+    }
     let workers = std::env::var("TOKIO_WORKER_THREADS")
         .ok()
         .and_then(|n| n.trim().parse::<usize>().ok())

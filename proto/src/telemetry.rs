@@ -140,16 +140,25 @@ pub fn init(service: &'static str) -> Telemetry {
     Telemetry { tracer }
 }
 
-/// Log the runtime a service serves on (its kind and worker threads): called as it starts
-/// serving, not by the one-shot admin commands, whose output stays their own.
+/// Log the runtime a service serves on (its kind, worker threads and scheduling policy, with a
+/// warning when `SCHED_BATCH` was refused): called as it starts serving, not by the one-shot
+/// admin commands, whose output stays their own.
 pub fn log_runtime() {
+    if let Some(why) = crate::scheduling::refused() {
+        tracing::warn!(error = why, "the scheduling policy stays normal: SCHED_BATCH was refused");
+    }
     if let Ok(runtime) = tokio::runtime::Handle::try_current() {
         let flavor = match runtime.runtime_flavor() {
             tokio::runtime::RuntimeFlavor::CurrentThread => "current_thread",
             tokio::runtime::RuntimeFlavor::MultiThread => "multi_thread",
             _ => "other",
         };
-        tracing::info!(runtime = flavor, workers = runtime.metrics().num_workers(), "runtime");
+        tracing::info!(
+            runtime = flavor,
+            workers = runtime.metrics().num_workers(),
+            scheduling = crate::scheduling::current_name(),
+            "runtime"
+        );
     }
 }
 

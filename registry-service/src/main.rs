@@ -5,7 +5,7 @@ use registry_service::config::Cli;
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() {
-    mcp_proto::runtime::serve(async {
+    mcp_proto::runtime::serve("registry-service", async {
         let telemetry = mcp_proto::telemetry::init("registry-service");
         mcp_proto::telemetry::every_second(mcp_proto::mimalloc::return_freed_memory);
         let cli = Cli::parse();

@@ -5,7 +5,7 @@
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() {
-    mcp_proto::runtime::serve(async {
+    mcp_proto::runtime::serve("gateway-edge", async {
         gateway::entry::main("gateway-edge", None).await;
     })
 }

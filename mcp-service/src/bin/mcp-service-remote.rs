@@ -6,7 +6,7 @@
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() {
-    mcp_proto::runtime::serve(async {
+    mcp_proto::runtime::serve("mcp-service-remote", async {
         mcp_service::entry::main("mcp-service-remote", None).await;
     })
 }

@@ -33,6 +33,36 @@ async fn every_service_on_one_thread_exits_zero_on_sigterm() {
     every_process_stops_cleanly(stack).await;
 }
 
+/// The scheduling policy of a running process (field 41 of `/proc/PID/stat`; 0 is
+/// `SCHED_OTHER`, 3 `SCHED_BATCH`).
+fn sched_policy(proc: &Proc) -> u32 {
+    let pid = proc.child.id().expect("running");
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("stat");
+    // Fields after the command name, which is in parentheses and may hold spaces: field 3 on.
+    let after_name = &stat[stat.rfind(')').expect("command name") + 2..];
+    after_name.split(' ').nth(41 - 3).expect("policy field").parse().expect("a number")
+}
+
+#[tokio::test]
+async fn the_services_run_under_sched_batch_unless_told_otherwise() {
+    let stack = Stack::microservices().await;
+    for proc in &stack.procs {
+        assert_eq!(sched_policy(proc), 3, "{} runs under SCHED_BATCH", proc.name);
+        let logs = proc.log_text();
+        assert!(logs.contains(r#""scheduling":"batch""#), "{} logs its policy:\n{logs}", proc.name);
+    }
+    drop(stack);
+    let stack = Stack::microservices_in(&[], &[("MCP_SCHED_POLICY", "Normal")]).await;
+    for proc in &stack.procs {
+        assert_eq!(sched_policy(proc), 0, "{} keeps the normal policy", proc.name);
+        assert!(proc.log_text().contains(r#""scheduling":"normal""#), "{}", proc.name);
+    }
+    // The embedded deployment's one process is not among the services that take turns.
+    let standalone = Stack::standalone().await;
+    assert_eq!(sched_policy(standalone.gateway()), 0);
+    assert!(standalone.gateway().log_text().contains(r#""scheduling":"normal""#));
+}
+
 #[tokio::test]
 async fn configuration_from_file_and_environment() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -92,6 +122,20 @@ async fn bad_configuration_is_refused_with_exit_64() {
         .expect("run");
     assert_eq!(out.status.code(), Some(64));
     assert!(String::from_utf8_lossy(&out.stderr).contains("max_body_bytes: at most"));
+    // A scheduling policy that is not one of the two, in every service.
+    for name in ["gateway-edge", "mcp-service", "mcp-service-remote", "oauth-service", "registry-service"] {
+        let out = std::process::Command::new(bin(name))
+            .args(["--listen", "127.0.0.1:0"])
+            .env("MCP_SCHED_POLICY", "realtime")
+            .output()
+            .expect("run");
+        assert_eq!(out.status.code(), Some(64), "{name}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains(&format!("{name}: invalid configuration: MCP_SCHED_POLICY: expected `batch` or `normal`")),
+            "{name}: {err}"
+        );
+    }
     // Unknown keys in a file are named.
     let dir = tempfile::tempdir().expect("tempdir");
     let file = dir.path().join("mcp.toml");
