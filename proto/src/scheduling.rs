@@ -8,8 +8,8 @@
 //! time. Under `SCHED_BATCH` a woken service waits until the running one has nothing left to
 //! do or has had its time slice (sched(7): "a deterministic scheduling policy without
 //! interactivity causing extra preemptions (between the workload's tasks)"), so each turn
-//! carries every call that is ready. Measured on one core at 64 connections: a call 4–9 %
-//! cheaper and its p99 14–22 % lower (docs/performance.md). A service alone on an idle CPU
+//! carries every call that is ready. Measured on one core at 64 connections: a call 3–9 %
+//! cheaper and its p99 13–22 % lower (docs/performance.md). A service alone on an idle CPU
 //! is woken as before; the cost is that, on a CPU busy with other work, a service's wake-up
 //! waits for the running task's slice instead of taking its place.
 
