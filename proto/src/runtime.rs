@@ -103,8 +103,17 @@ pub fn check_writable_dir(dir: &Path) -> Result<(), String> {
 /// The process runs under `SCHED_BATCH` unless `MCP_SCHED_POLICY=normal`
 /// ([`crate::scheduling`]); another value is refused as `binary`'s configuration error.
 pub fn serve<F: std::future::Future>(binary: &str, main: F) -> F::Output {
+    serve_with_policy(binary, crate::scheduling::Policy::Batch, main)
+}
+
+/// [`serve`], with the scheduling policy `default` when `MCP_SCHED_POLICY` is not set.
+pub fn serve_with_policy<F: std::future::Future>(
+    binary: &str,
+    default: crate::scheduling::Policy,
+    main: F,
+) -> F::Output {
     use crate::scheduling::{Policy, VAR, apply};
-    match Policy::from_value(std::env::var(VAR).ok().as_deref()) {
+    match Policy::from_value(std::env::var(VAR).ok().as_deref(), default) {
         Ok(policy) => apply(policy),
         Err(why) => refuse_config(binary, why),
     }
