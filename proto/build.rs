@@ -6,7 +6,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // The fields that carry whole JSON messages are `bytes::Bytes`: decoding one takes a slice
     // of the received buffer instead of copying it (a megabyte for a large resource).
     let mut config = tonic_prost_build::configure().build_server(true).build_client(true);
-    for field in [".mcp.v1.McpRequest.body", ".mcp.v1.McpFrame.json", ".registry.v1.ReadResourceResult.contents_json"] {
+    for field in [
+        ".mcp.v1.McpRequest.body",
+        ".mcp.v1.McpFrame.json",
+        ".mcp.v1.PipeCall.request",
+        ".mcp.v1.PipeFrame.frame",
+        ".registry.v1.ReadResourceResult.contents_json",
+    ] {
         config = config.bytes(field);
     }
     config.compile_fds(fds)?;

@@ -45,6 +45,8 @@ pub struct Served {
     pub callers: mcp_proto::trust::Require,
     /// The other methods (tonic's router, the interceptor included).
     pub routes: tonic::service::Routes,
+    /// Cancelled when the service shuts down: each `Pipe` then says `closing` ([`crate::pipe`]).
+    pub shutdown: CancellationToken,
 }
 
 /// Serve the connections `incoming` yields until `shutdown`; then stop accepting (the listening
@@ -105,6 +107,9 @@ type Answer = http_body_util::Either<Frames, tonic::body::Body>;
 
 impl Served {
     async fn call(mut self, request: http::Request<Incoming>) -> Result<http::Response<Answer>, Infallible> {
+        if request.uri().path() == mcp_proto::pipe::PIPE_PATH {
+            return Ok(self.pipe(request));
+        }
         if request.uri().path() != HANDLE {
             let answer = self.routes.call(request).await?;
             return Ok(answer.map(http_body_util::Either::Right));
@@ -118,6 +123,19 @@ impl Served {
             // A status and no message (`grpc-status` in the head), as tonic answers one.
             Err(status) => status.into_http::<tonic::body::Body>().map(http_body_util::Either::Right),
         })
+    }
+
+    /// A `Pipe` call: the caller checked once for every call it will carry.
+    fn pipe(&self, request: http::Request<Incoming>) -> http::Response<Answer> {
+        let (parts, body) = request.into_parts();
+        let metadata = tonic::metadata::MetadataMap::from_headers(parts.headers);
+        if let Err(status) = self.callers.check(&metadata) {
+            return status.into_http::<tonic::body::Body>().map(http_body_util::Either::Right);
+        }
+        let body = crate::pipe::PipeBody::new(self.engine.clone(), body, self.shutdown.clone());
+        let mut answer = http::Response::new(http_body_util::Either::Right(tonic::body::Body::new(body)));
+        answer.headers_mut().insert(http::header::CONTENT_TYPE, GRPC.clone());
+        answer
     }
 
     /// A `Handle` call: the caller checked, its one message read, the work started.
@@ -296,12 +314,12 @@ impl http_body::Body for Frames {
 
 /// From this size on, a frame's JSON is sent from where it is rather than copied next to the
 /// message's other fields (a 1 MiB resource read twice as large for a moment otherwise).
-const SPLICE_FROM: usize = 32 * 1024;
+pub(crate) const SPLICE_FROM: usize = 32 * 1024;
 
 /// A message with gRPC's prefix (not compressed, then its length), in one piece; or, when its
 /// JSON is large, in three: the prefix with the JSON field's key and length, the JSON, and the
 /// other fields. `json` is field 1, and protobuf writes fields in their order.
-fn encode(mut message: pb::McpFrame) -> (Bytes, [Option<Bytes>; 2]) {
+pub(crate) fn encode(mut message: pb::McpFrame) -> (Bytes, [Option<Bytes>; 2]) {
     use prost::encoding::{WireType, encode_key, encode_varint, encoded_len_varint, key_len};
     if message.json.len() < SPLICE_FROM {
         let length = message.encoded_len();

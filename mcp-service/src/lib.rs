@@ -27,6 +27,7 @@ pub mod follow;
 pub mod grpc_server;
 pub mod methods;
 pub mod paging;
+pub mod pipe;
 pub mod request;
 pub mod seal;
 pub mod server;
@@ -174,7 +175,7 @@ pub async fn serve(
         .add_service(McpServiceServer::with_interceptor(server::McpGrpc::new(engine.clone()), callers.clone()))
         .prepare();
     let sessions = engine.clone();
-    let served = grpc_server::Served { engine, callers, routes };
+    let served = grpc_server::Served { engine, callers, routes, shutdown: shutdown.clone() };
     grpc_server::serve(mcp_proto::socket::incoming(listener), served, shutdown, async move {
         health.set_not_serving::<McpServiceServer<server::McpGrpc>>().await;
         // Legacy sessions' standalone streams never end by themselves: end them, so the

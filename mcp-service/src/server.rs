@@ -108,6 +108,14 @@ impl McpService for McpGrpc {
         Err(Status::unimplemented("Handle is answered by mcp-service's own server"))
     }
 
+    type PipeStream = Pin<Box<dyn Stream<Item = Result<pb::PipeFrame, Status>> + Send + 'static>>;
+
+    async fn pipe(&self, _: Request<tonic::Streaming<pb::PipeCall>>) -> Result<Response<Self::PipeStream>, Status> {
+        // Never reached over the network (mcp-service's own server answers `Pipe`); in process
+        // (standalone) nothing calls it: the link that makes pipes is the network's.
+        Err(Status::unimplemented("Pipe is answered by mcp-service's own server"))
+    }
+
     type ListenStream = FrameStream;
 
     async fn listen(&self, request: Request<pb::ListenRequest>) -> Result<Response<Self::ListenStream>, Status> {

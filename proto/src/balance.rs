@@ -706,7 +706,8 @@ mod tests {
     }
 
     /// A stand-in replica on a port of its own: each call's headers are sent to `seen` with
-    /// `name`, and answered with an empty gRPC success.
+    /// `name`, and answered with an empty gRPC success (`Pipe` with `UNIMPLEMENTED`, as a
+    /// service that does not know it: `Handle` calls then take a stream each, and are seen).
     async fn stand_in(name: usize, seen: tokio::sync::mpsc::UnboundedSender<(usize, http::HeaderMap)>) -> String {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("test setup");
         let addr = listener.local_addr().expect("test setup");
@@ -716,6 +717,11 @@ mod tests {
                 tokio::spawn(async move {
                     let Ok(mut conn) = h2::server::handshake(socket).await else { return };
                     while let Some(Ok((request, mut respond))) = conn.accept().await {
+                        if request.uri().path() == crate::pipe::PIPE_PATH {
+                            let refused = http::Response::builder().header("grpc-status", "12").body(());
+                            let _ = respond.send_response(refused.expect("test setup"), true);
+                            continue;
+                        }
                         let _ = seen.send((name, request.headers().clone()));
                         let head = http::Response::builder()
                             .header("content-type", "application/grpc")

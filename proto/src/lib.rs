@@ -15,6 +15,7 @@
 //! - [`balance`]: targets of one or several replicas, and calls spread over them.
 //! - [`link`]: one replica's HTTP/2 connection for gRPC calls.
 //! - [`call`]: the caller's side of `McpService/Handle`, without tonic's generated client.
+//! - [`pipe`]: `Handle` calls, many on one HTTP/2 stream (`McpService/Pipe`).
 //! - [`socket`]: sockets between the services, written in batches.
 //! - [`header_codec`]: the `=?base64?…?=` sentinel used by `Mcp-Name` and `Mcp-Param-*`.
 
@@ -28,6 +29,7 @@ pub mod link;
 pub mod log_fields;
 pub mod mimalloc;
 pub mod outbound;
+pub mod pipe;
 pub mod request_log;
 pub mod resident;
 pub mod runtime;

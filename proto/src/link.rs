@@ -86,6 +86,11 @@ struct Shared {
     /// Attempts to connect that failed, counted while `connecting` is held (read without
     /// waiting for it).
     failed: AtomicU64,
+    /// The pipe that `Handle` calls take ([`crate::pipe`]), and a lock held while one opens.
+    pipe: Mutex<Option<crate::pipe::Pipe>>,
+    opening: tokio::sync::Mutex<()>,
+    /// The service answered `Pipe` `UNIMPLEMENTED`: `Handle` calls take a stream each.
+    no_pipe: std::sync::atomic::AtomicBool,
 }
 
 /// The authority of an `http://` URL.
@@ -119,6 +124,9 @@ impl Link {
             made: AtomicU64::new(0),
             connecting: tokio::sync::Mutex::new(None),
             failed: AtomicU64::new(0),
+            pipe: Mutex::new(None),
+            opening: tokio::sync::Mutex::new(()),
+            no_pipe: std::sync::atomic::AtomicBool::new(false),
         })))
     }
 
@@ -148,6 +156,12 @@ impl Link {
         uri.authority = Some(self.0.authority.clone());
         parts.uri =
             http::Uri::from_parts(uri).map_err(|e| TransportError::request(tonic::Status::internal(e.to_string())))?;
+        if parts.uri.path() == crate::call::HANDLE_PATH
+            && !self.0.no_pipe.load(Ordering::Relaxed)
+            && let Some(answer) = self.send_on_pipe(&parts, &message).await?
+        {
+            return Ok(answer);
+        }
         let (live, mut send) = self.ready().await?;
         let end = message.is_empty();
         let (response, mut stream) = send.send_request(http::Request::from_parts(parts, ()), end).map_err(|error| {
@@ -169,6 +183,55 @@ impl Link {
             TransportError::stream(error)
         })?;
         Ok(response.map(|body| tonic::body::Body::new(Incoming { body, trailers: false })))
+    }
+
+    /// A `Handle` call on the connection's pipe ([`crate::pipe`]); `None` when the service does
+    /// not answer `Pipe` (the call is then made on a stream of its own).
+    async fn send_on_pipe(
+        &self,
+        parts: &http::request::Parts,
+        message: &Bytes,
+    ) -> Result<Option<http::Response<tonic::body::Body>>, TransportError> {
+        let mut again = true;
+        loop {
+            let pipe = self.pipe(parts).await?;
+            match pipe.call(parts, message).await {
+                Ok(crate::pipe::Started::Answer(answer)) => return Ok(Some(answer)),
+                Ok(crate::pipe::Started::Unsupported) => {
+                    if !self.0.no_pipe.swap(true, Ordering::Relaxed) {
+                        tracing::info!(
+                            authority = %self.0.authority,
+                            "the service does not answer Pipe; Handle calls take a stream each"
+                        );
+                    }
+                    return Ok(None);
+                }
+                // A pipe that ended (its connection gone, its service shutting down) before it
+                // took the call: once more on a new one, which connects again if need be.
+                Err(error) if again && error.never_processed() => again = false,
+                Err(error) => return Err(error),
+            }
+        }
+    }
+
+    /// The connection's open pipe, or a new one.
+    async fn pipe(&self, head: &http::request::Parts) -> Result<crate::pipe::Pipe, TransportError> {
+        if let Some(pipe) = self.open_pipe() {
+            return Ok(pipe);
+        }
+        let _opening = self.0.opening.lock().await;
+        if let Some(pipe) = self.open_pipe() {
+            return Ok(pipe);
+        }
+        let (live, send) = self.ready().await?;
+        let pipe = crate::pipe::Pipe::open(send, head.clone()).inspect_err(|_| self.forget(&live))?;
+        *self.0.pipe.lock().unwrap_or_else(|p| p.into_inner()) = Some(pipe.clone());
+        Ok(pipe)
+    }
+
+    fn open_pipe(&self) -> Option<crate::pipe::Pipe> {
+        let guard = self.0.pipe.lock().unwrap_or_else(|p| p.into_inner());
+        guard.as_ref().filter(|pipe| pipe.is_open()).cloned()
     }
 
     /// A connection ready to take a call: the open one or, when that can take no more (it has
@@ -384,6 +447,13 @@ mod tests {
 
     async fn answer_one(request: http::Request<h2::RecvStream>, mut respond: h2::server::SendResponse<Bytes>) {
         let (parts, mut body) = request.into_parts();
+        if parts.uri.path() == crate::pipe::PIPE_PATH {
+            // As a service that does not know `Pipe` (tonic's answer: a status alone).
+            let refused =
+                http::Response::builder().header("content-type", "application/grpc").header("grpc-status", "12");
+            let _ = respond.send_response(refused.body(()).expect("test setup"), true);
+            return;
+        }
         let mut received = Vec::new();
         // Whether the message came in one frame that ended the stream (or, empty, with the head).
         let mut pieces = 0;
@@ -464,6 +534,9 @@ mod tests {
             assert_eq!(data, format!("{url}{path} 5 hello"));
             assert_eq!(status, "0");
         }
+        // A server that does not answer `Pipe`: `Handle` went on a stream of its own, and will.
+        assert!(link.0.no_pipe.load(Ordering::Relaxed), "the pipe was tried and refused");
+        assert!(link.open_pipe().is_none());
     }
 
     /// Received data is handed back to the flow-control window as it is read: answers of 3 MiB,

@@ -39,6 +39,11 @@ enum Failure {
     Stream(h2::Error),
     /// A `dns:///` target with no address (see [`crate::balance`]).
     NoReplica,
+    /// A call on a [`crate::pipe`] that the service did not take (it was shutting down).
+    NotTaken,
+    /// A call on a [`crate::pipe`] that ended without its answer: `true` when the service
+    /// certainly did not take it (the pipe's own stream was refused).
+    PipeLost(bool),
     /// The request body could not be read.
     Request,
 }
@@ -69,16 +74,35 @@ impl TransportError {
         TransportError { status: status_of(&error), failure: Failure::Stream(error) }
     }
 
+    pub(crate) fn not_taken(why: &str) -> Self {
+        let status = tonic::Status::unavailable(format!("the call was not taken: {why}"));
+        TransportError { failure: Failure::NotTaken, status }
+    }
+
+    pub(crate) fn pipe_lost(status: tonic::Status, never_processed: bool) -> Self {
+        TransportError { failure: Failure::PipeLost(never_processed), status }
+    }
+
+    /// Whether a stream that failed with `error` was certainly not processed (see
+    /// [`TransportError::never_processed`]).
+    pub(crate) fn stream_never_processed(error: &h2::Error) -> bool {
+        error.reason() == Some(h2::Reason::REFUSED_STREAM)
+            || (error.is_go_away() && error.is_remote() && error.reason() == Some(h2::Reason::NO_ERROR))
+    }
+
+    /// The gRPC status the call ends with.
+    pub(crate) fn into_status(self) -> tonic::Status {
+        self.status
+    }
+
     /// Whether the other side certainly did not process the request: no connection was made,
     /// the connection could not take it, the HTTP/2 stream was refused, or the server had
     /// announced a graceful shutdown that left it out.
     pub fn never_processed(&self) -> bool {
         match &self.failure {
-            Failure::Connect | Failure::Unsent => true,
-            Failure::Stream(h2) => {
-                h2.reason() == Some(h2::Reason::REFUSED_STREAM)
-                    || (h2.is_go_away() && h2.is_remote() && h2.reason() == Some(h2::Reason::NO_ERROR))
-            }
+            Failure::Connect | Failure::Unsent | Failure::NotTaken => true,
+            Failure::Stream(h2) => Self::stream_never_processed(h2),
+            Failure::PipeLost(never) => *never,
             Failure::NoReplica | Failure::Request => false,
         }
     }

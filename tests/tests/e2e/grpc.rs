@@ -301,3 +301,251 @@ async fn a_resource_too_large_to_carry_is_refused_with_its_reason() {
         assert!(logged.contains("`files://escaped.txt`: more than"), "{logged}");
     }
 }
+
+const PIPE: &str = "/mcp.v1.McpService/Pipe";
+
+/// The caller's end of a `Pipe` stream, as the gateway's link uses it.
+struct TestPipe {
+    stream: h2::SendStream<Bytes>,
+    body: h2::RecvStream,
+    received: bytes::BytesMut,
+}
+
+/// Open a `Pipe` on `addr`: the stream, or the status its head ended it with.
+async fn open_pipe(addr: std::net::SocketAddr, token: Option<&str>) -> Result<TestPipe, String> {
+    let tcp = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    let (send, connection) = h2::client::handshake(tcp).await.expect("HTTP/2 handshake");
+    tokio::spawn(connection);
+    let mut send = send.ready().await.expect("ready");
+    let mut request = http::Request::post(format!("http://{addr}{PIPE}"))
+        .header("content-type", "application/grpc")
+        .header("te", "trailers");
+    if let Some(token) = token {
+        request = request.header("authorization", format!("Bearer {token}"));
+    }
+    let (response, stream) = send.send_request(request.body(()).expect("request"), false).expect("sent");
+    let (head, body) = response.await.expect("an answer").into_parts();
+    assert_eq!(head.status, 200);
+    if let Some(status) = head.headers.get("grpc-status") {
+        return Err(status.to_str().expect("text").to_owned());
+    }
+    Ok(TestPipe { stream, body, received: bytes::BytesMut::new() })
+}
+
+/// A `PipeCall` carrying `body` as a modern MCP message (a stream of frames accepted or not).
+fn pipe_call(call: u64, body: &Value, accepts_stream: bool) -> pb::PipeCall {
+    let request = pb::McpRequest {
+        body: serde_json::to_vec(body).expect("json").into(),
+        era: pb::Era::Modern as i32,
+        header_version: e2e::MODERN.into(),
+        transport: pb::Transport::StreamableHttp as i32,
+        request_id: format!("pipe-test-{call}"),
+        accepts_stream,
+        ..Default::default()
+    };
+    pb::PipeCall { call, request: request.encode_to_vec().into(), ..Default::default() }
+}
+
+impl TestPipe {
+    fn send(&mut self, call: &pb::PipeCall) {
+        self.stream.send_data(framed(0, &call.encode_to_vec()), false).expect("sent");
+    }
+
+    fn send_raw(&mut self, data: Bytes) {
+        self.stream.send_data(data, false).expect("sent");
+    }
+
+    /// No more calls.
+    fn end(&mut self) {
+        self.stream.send_data(Bytes::new(), true).expect("ended");
+    }
+
+    /// The next frame, or `None` when the stream's data has ended.
+    async fn next(&mut self) -> Option<pb::PipeFrame> {
+        loop {
+            if self.received.len() >= 5 {
+                let length = u32::from_be_bytes(self.received[1..5].try_into().expect("four bytes")) as usize;
+                if self.received.len() >= 5 + length {
+                    assert_eq!(self.received[0], 0, "not compressed");
+                    let mut message = self.received.split_to(5 + length).freeze();
+                    message.advance(5);
+                    return Some(pb::PipeFrame::decode(message).expect("a PipeFrame"));
+                }
+            }
+            let wait = std::time::Duration::from_secs(10);
+            let chunk = tokio::time::timeout(wait, self.body.data()).await.expect("the pipe is not stuck");
+            match chunk {
+                Some(chunk) => {
+                    let chunk = chunk.expect("data");
+                    let _ = self.body.flow_control().release_capacity(chunk.len());
+                    self.received.extend_from_slice(&chunk);
+                }
+                None => {
+                    assert!(self.received.is_empty(), "the data ends between messages");
+                    return None;
+                }
+            }
+        }
+    }
+
+    /// The `grpc-status` and `grpc-message` that end the stream (after its data).
+    async fn ending(&mut self) -> (String, String) {
+        if let Some(frame) = self.next().await {
+            panic!("no frame left before the end: {frame:?}");
+        }
+        let trailers = self.body.trailers().await.expect("trailers").expect("trailers present");
+        let text = |name: &str| trailers.get(name).and_then(|v| v.to_str().ok()).unwrap_or_default().to_owned();
+        (text("grpc-status"), text("grpc-message"))
+    }
+}
+
+/// The `McpFrame` a `PipeFrame` carries (with gRPC's prefix, as `Handle` sends it).
+fn inner(frame: &pb::PipeFrame) -> pb::McpFrame {
+    let mut bytes = frame.frame.clone();
+    assert_eq!(bytes.get_u8(), 0);
+    let length = bytes.get_u32() as usize;
+    assert_eq!(bytes.len(), length, "one McpFrame");
+    pb::McpFrame::decode(bytes).expect("an McpFrame")
+}
+
+/// Many calls on one `Pipe`: answered as `Handle` answers them, each call's frames in order (a
+/// call's progress before its reply), the calls' frames interleaved, a large answer whole, each
+/// call ended once; a call cancelled is dropped (its work with it: the stream then ends at once,
+/// not when the slow tool would have finished), and the stream ends with `grpc-status: 0` once
+/// the caller has ended its side and every call has ended.
+#[tokio::test]
+async fn pipe_answers_many_calls_on_one_stream() {
+    let large = "0123456789abcdef".repeat(6 * 1024);
+    let definitions = format!(
+        "builtins: [demo]\nresources:\n  - uri: test://large\n    name: large\n    mime_type: text/plain\n    text: \"{large}\"\n"
+    );
+    let (_registry, mcp, _dir) = engine(&definitions).await;
+    let mut pipe = open_pipe(mcp.addr(), Some(TOKEN)).await.expect("a pipe");
+    let slow = json!({ "name": "count", "arguments": { "to": 100, "interval_ms": 1000 } });
+    pipe.send(&pipe_call(4, &modern_request(4, "tools/call", slow), false));
+    let mut counted =
+        modern_request(3, "tools/call", json!({ "name": "count", "arguments": { "to": 2, "interval_ms": 100 } }));
+    counted["params"]["_meta"]["progressToken"] = json!("p");
+    pipe.send(&pipe_call(3, &counted, true));
+    let echo = json!({ "name": "echo", "arguments": { "message": "on a pipe" } });
+    pipe.send(&pipe_call(1, &modern_request(1, "tools/call", echo), false));
+    pipe.send(&pipe_call(2, &modern_request(2, "resources/read", json!({ "uri": "test://large" })), false));
+
+    let mut frames: std::collections::BTreeMap<u64, Vec<pb::McpFrame>> = Default::default();
+    let mut ended = std::collections::BTreeSet::new();
+    while ended.len() < 3 {
+        let frame = pipe.next().await.expect("frames until the three calls end");
+        assert!(!frame.not_taken && !frame.closing, "{frame:?}");
+        assert!(!ended.contains(&frame.call), "nothing after a call's end: {frame:?}");
+        assert_ne!(frame.call, 4, "the slow call has sent nothing yet");
+        if !frame.frame.is_empty() {
+            frames.entry(frame.call).or_default().push(inner(&frame));
+        }
+        if frame.end {
+            ended.insert(frame.call);
+        }
+    }
+    let reply = |call: u64| -> Value {
+        let last = frames[&call].last().expect("a reply");
+        assert_eq!(last.disposition, pb::Disposition::Reply as i32, "call {call}");
+        serde_json::from_slice(&last.json).expect("JSON")
+    };
+    assert!(reply(1)["result"]["content"][0]["text"].as_str().is_some_and(|t| t.contains("on a pipe")), "{}", reply(1));
+    assert_eq!(reply(2)["result"]["contents"][0]["text"], large.as_str());
+    assert_eq!(reply(3)["result"]["content"][0]["text"], "counted to 2", "{}", reply(3));
+    let interim = frames[&3].iter().filter(|f| f.disposition == pb::Disposition::Interim as i32).count();
+    assert!(interim >= 2, "the progress before the reply: {:?}", frames[&3]);
+    assert_eq!(frames[&1].len(), 1);
+    assert_eq!(frames[&2].len(), 1);
+
+    // Cancelled: the slow call's work is dropped, so the stream can end at once.
+    pipe.send(&pb::PipeCall { call: 4, ..Default::default() });
+    pipe.end();
+    let ending = tokio::time::timeout(std::time::Duration::from_secs(5), pipe.ending()).await;
+    let (status, message) = ending.expect("the stream ends once the cancelled call is dropped");
+    assert_eq!(status, "0", "{message}");
+}
+
+/// A `Pipe` refused, or broken off by its caller: without the service token (before anything
+/// is read), or with a message that is not a `PipeCall`, a call numbered 0, a number used twice
+/// while its call runs, or a request that is not an `McpRequest`: each ends the stream with a
+/// status and its reason.
+#[tokio::test]
+async fn pipe_refuses_what_it_cannot_serve() {
+    let (_registry, mcp, _dir) = engine("builtins: [demo]\n").await;
+    assert_eq!(open_pipe(mcp.addr(), None).await.err().as_deref(), Some("16"), "no token");
+    assert_eq!(open_pipe(mcp.addr(), Some("grpc-edge-token-8")).await.err().as_deref(), Some("16"), "a wrong token");
+
+    let list = modern_request(1, "tools/list", json!({}));
+    let slow =
+        modern_request(2, "tools/call", json!({ "name": "count", "arguments": { "to": 100, "interval_ms": 1000 } }));
+    let broken: [(&str, Vec<Bytes>); 5] = [
+        ("not protobuf", vec![framed(0, b"\xff\xff\xff")]),
+        ("compressed", vec![framed(1, &pipe_call(1, &list, false).encode_to_vec())]),
+        ("numbered 0", vec![framed(0, &pipe_call(0, &list, false).encode_to_vec())]),
+        (
+            "a number used twice",
+            vec![
+                framed(0, &pipe_call(2, &slow, false).encode_to_vec()),
+                framed(0, &pipe_call(2, &list, false).encode_to_vec()),
+            ],
+        ),
+        (
+            "not an McpRequest",
+            vec![framed(
+                0,
+                &pb::PipeCall { call: 5, request: Bytes::from_static(b"\xff\xff"), ..Default::default() }
+                    .encode_to_vec(),
+            )],
+        ),
+    ];
+    for (case, sent) in broken {
+        let mut pipe = open_pipe(mcp.addr(), Some(TOKEN)).await.expect("a pipe");
+        for data in sent {
+            pipe.send_raw(data);
+        }
+        let (status, message) = pipe.ending().await;
+        assert_eq!(status, "13", "{case}: {message}");
+        assert!(!message.is_empty(), "{case}: a reason");
+    }
+    // The service goes on serving pipes.
+    let mut pipe = open_pipe(mcp.addr(), Some(TOKEN)).await.expect("a pipe");
+    pipe.send(&pipe_call(1, &list, false));
+    let frame = pipe.next().await.expect("an answer");
+    assert!(frame.end && frame.call == 1, "{frame:?}");
+    pipe.end();
+    assert_eq!(pipe.ending().await.0, "0");
+}
+
+/// A service told to stop (SIGTERM) says `closing` on its pipes, answers a call that arrives
+/// after that `not_taken` without running it, finishes the call it had taken, and ends the
+/// stream with `grpc-status: 0` without waiting for the caller; then it exits.
+#[tokio::test]
+async fn a_pipe_closes_when_its_service_stops() {
+    let (_registry, mcp, _dir) = engine("builtins: [demo]\n").await;
+    let mut pipe = open_pipe(mcp.addr(), Some(TOKEN)).await.expect("a pipe");
+    let taken =
+        modern_request(1, "tools/call", json!({ "name": "count", "arguments": { "to": 3, "interval_ms": 300 } }));
+    pipe.send(&pipe_call(1, &taken, false));
+    // Running before the stop.
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    let exited = tokio::spawn(mcp.terminate());
+    let closing = pipe.next().await.expect("news of the stop");
+    assert!(closing.closing && closing.call == 0 && closing.frame.is_empty(), "{closing:?}");
+    let late = modern_request(2, "tools/call", json!({ "name": "echo", "arguments": { "message": "late" } }));
+    pipe.send(&pipe_call(2, &late, false));
+    let mut seen = std::collections::BTreeMap::new();
+    while let Some(frame) = pipe.next().await {
+        seen.insert(frame.call, frame);
+    }
+    let not_taken = &seen[&2];
+    assert!(not_taken.not_taken && not_taken.frame.is_empty() && !not_taken.end, "{not_taken:?}");
+    let finished = &seen[&1];
+    assert!(finished.end, "{finished:?}");
+    let reply: Value = serde_json::from_slice(&inner(finished).json).expect("JSON");
+    assert_eq!(reply["result"]["content"][0]["text"], "counted to 3", "{reply}");
+    let trailers = pipe.body.trailers().await.expect("trailers").expect("present");
+    assert_eq!(trailers.get("grpc-status").map(|v| v.as_bytes()), Some(&b"0"[..]));
+    let status = tokio::time::timeout(std::time::Duration::from_secs(20), exited).await.expect("exits").expect("task");
+    assert!(status.success(), "{status}");
+}

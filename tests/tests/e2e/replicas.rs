@@ -222,6 +222,13 @@ async fn one_gateway_spreads_calls_over_engine_replicas() {
     }
     let (a, b) = (calls_served(metrics_a).await, calls_served(metrics_b).await);
     assert_eq!(a + b, 20.0);
+    // Each on the pipe of the gateway's connection to the replica, none on a stream of its own.
+    let on_pipes = |text: String| {
+        text.lines().find_map(|l| l.strip_prefix("mcp_pipe_calls_total ")?.parse::<f64>().ok()).unwrap_or(0.0)
+    };
+    let piped_a = on_pipes(e2e::metrics(&format!("http://127.0.0.1:{metrics_a}")).await);
+    let piped_b = on_pipes(e2e::metrics(&format!("http://127.0.0.1:{metrics_b}")).await);
+    assert_eq!((piped_a, piped_b), (a, b), "every call on a pipe");
     assert!(a >= 8.0 && b >= 8.0, "one connection's worth of calls each, not all on one: {a} and {b}");
     let gauges = e2e::metrics(&gateway.url()).await;
     assert!(gauges.contains("grpc_upstream_replicas{upstream=\"mcp-service\"} 2"), "{gauges}");
