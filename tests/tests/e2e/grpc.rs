@@ -549,3 +549,37 @@ async fn a_pipe_closes_when_its_service_stops() {
     let status = tokio::time::timeout(std::time::Duration::from_secs(20), exited).await.expect("exits").expect("task");
     assert!(status.success(), "{status}");
 }
+
+/// A call whose HTTP client goes away is cancelled through both hops: the gateway cancels it on
+/// its pipe to mcp-service, mcp-service drops the call's work and with it the registry's call,
+/// and the slow tool stops at its next step (a hundred steps of 200 ms otherwise). Before the
+/// pipe, the reset of the call's own stream did this.
+#[tokio::test]
+async fn a_call_abandoned_by_its_client_is_cancelled_through_the_pipe() {
+    use tokio::io::AsyncWriteExt as _;
+    let stack = e2e::Stack::microservices().await;
+    let body =
+        modern_request(1, "tools/call", json!({ "name": "count", "arguments": { "to": 100, "interval_ms": 200 } }))
+            .to_string();
+    let head = format!(
+        "POST /mcp HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nAccept: application/json\r\nMcp-Protocol-Version: {}\r\nMcp-Method: tools/call\r\nMcp-Name: count\r\nContent-Length: {}\r\n\r\n{body}",
+        e2e::MODERN,
+        body.len()
+    );
+    let mut waiting = tokio::net::TcpStream::connect(stack.gateway().addr()).await.expect("connect");
+    waiting.write_all(head.as_bytes()).await.expect("write");
+    // The tool is running.
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    let logged = || stack.procs.iter().map(Proc::log_text).collect::<String>();
+    assert!(!logged().contains("cancelled"), "{}", logged());
+    drop(waiting);
+    let mut stopped = false;
+    for _ in 0..100 {
+        if logged().contains("cancelled") {
+            stopped = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert!(stopped, "the tool did not stop within 5 s: {}", logged());
+}
