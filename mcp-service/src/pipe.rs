@@ -204,6 +204,11 @@ where
                         this.running.remove(&call);
                         write(&mut this.out, call, None, Flags { end: true, ..Flags::default() });
                     }
+                    Out::Failed(call) => {
+                        this.running.remove(&call);
+                        let failed = Flags { end: true, failed: Some(WORK_FAILED), ..Flags::default() };
+                        write(&mut this.out, call, None, failed);
+                    }
                 }
             }
             if this.out.is_empty() && (this.incoming_done || this.closing) && this.calls.is_empty() {
@@ -225,7 +230,13 @@ enum Out {
     Frame { call: u64, frame: Frame, end: bool },
     /// The call has ended, after the frames it sent.
     End(u64),
+    /// The call's work panicked: it ends with `INTERNAL`, the other calls go on (with a stream
+    /// per call, the stream's task ended with it, and the call's stream was reset).
+    Failed(u64),
 }
+
+/// How a call whose work panicked ends.
+const WORK_FAILED: (i32, &str) = (tonic::Code::Internal as i32, "the call's work failed on mcp-service");
 
 /// One call: its work, polled here, and the frames it sends.
 struct CallStream {
@@ -244,13 +255,20 @@ impl Stream for CallStream {
         if self.done {
             return Poll::Ready(None);
         }
-        if let Some(work) = self.work.as_mut()
-            && work.as_mut().poll(cx).is_ready()
-        {
-            // Its sender is gone with it (closed here too, so that the frames end even if a
-            // sender outlived the work).
-            self.work = None;
-            self.rx.close();
+        if let Some(work) = self.work.as_mut() {
+            // Polled here rather than on a task of its own: a panic must end this call alone.
+            let polled = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| work.as_mut().poll(cx)));
+            if !matches!(polled, Ok(Poll::Pending)) {
+                // Its sender is gone with it (closed here too, so that the frames end even if
+                // a sender outlived the work).
+                self.work = None;
+                self.rx.close();
+                if polled.is_err() {
+                    tracing::error!("a call's work panicked; the call ends with an error");
+                    self.done = true;
+                    return Poll::Ready(Some(Out::Failed(self.call)));
+                }
+            }
         }
         let next = match self.held.take() {
             Some(frame) => Poll::Ready(Some(frame)),
@@ -287,6 +305,8 @@ struct Flags {
     end: bool,
     not_taken: bool,
     closing: bool,
+    /// With `end`: the call failed (its gRPC code and why).
+    failed: Option<(i32, &'static str)>,
 }
 
 /// Write a `PipeFrame` for `call` (0: the stream's own news) with gRPC's prefix, around an
@@ -306,6 +326,9 @@ fn write(out: &mut VecDeque<Bytes>, call: u64, frame: Option<(Bytes, [Option<Byt
     if frame_len > 0 {
         length += 1 + encoded_len_varint(frame_len as u64) + frame_len;
     }
+    if let Some((code, message)) = flags.failed {
+        length += 1 + encoded_len_varint(code as u64) + 1 + encoded_len_varint(message.len() as u64) + message.len();
+    }
     let inline = frame_len < crate::grpc_server::SPLICE_FROM;
     let mut head = BytesMut::with_capacity(5 + 22 + if inline { frame_len + 6 } else { 0 });
     head.put_u8(0);
@@ -324,6 +347,13 @@ fn write(out: &mut VecDeque<Bytes>, call: u64, frame: Option<(Bytes, [Option<Byt
                 encode_key(tag, WireType::Varint, buf);
                 buf.put_u8(1);
             }
+        }
+        if let Some((code, message)) = flags.failed {
+            encode_key(6, WireType::Varint, buf);
+            encode_varint(code as u64, buf);
+            encode_key(7, WireType::LengthDelimited, buf);
+            encode_varint(message.len() as u64, buf);
+            buf.put_slice(message.as_bytes());
         }
     };
     if inline {
@@ -358,6 +388,8 @@ mod tests {
             (40, u64::MAX, Flags { end: true, ..Flags::default() }),
             (crate::grpc_server::SPLICE_FROM, 2, Flags::default()),
             (1 << 20, 3, Flags { end: true, ..Flags::default() }),
+            (0, 9, Flags { end: true, failed: Some(WORK_FAILED), ..Flags::default() }),
+            (1 << 20, 10, Flags { end: true, failed: Some(WORK_FAILED), ..Flags::default() }),
         ] {
             let frame = pb::McpFrame {
                 json: Bytes::from(vec![b'x'; size]),
@@ -381,6 +413,8 @@ mod tests {
                 (call, flags.end, flags.not_taken, flags.closing),
                 "size {size}"
             );
+            let failed = flags.failed.map(|(code, message)| (code, message.to_owned()));
+            assert_eq!((decoded.code != 0).then(|| (decoded.code, decoded.message.clone())), failed, "size {size}");
             if size == 0 {
                 assert!(decoded.frame.is_empty());
             } else {

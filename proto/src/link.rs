@@ -156,7 +156,9 @@ impl Link {
         uri.authority = Some(self.0.authority.clone());
         parts.uri =
             http::Uri::from_parts(uri).map_err(|e| TransportError::request(tonic::Status::internal(e.to_string())))?;
+        // (A request that encodes to nothing would read as a cancel on a pipe: never sent.)
         if parts.uri.path() == crate::call::HANDLE_PATH
+            && message.len() > crate::pipe::PREFIX
             && !self.0.no_pipe.load(Ordering::Relaxed)
             && let Some(answer) = self.send_on_pipe(&parts, &message).await?
         {
@@ -207,8 +209,11 @@ impl Link {
                     return Ok(None);
                 }
                 // A pipe that ended (its connection gone, its service shutting down) before it
-                // took the call: once more on a new one, which connects again if need be.
-                Err(error) if again && error.never_processed() => again = false,
+                // took the call: once more on a new one, on a new connection.
+                Err(error) if again && error.never_processed() => {
+                    again = false;
+                    self.forget_connection(pipe.connection());
+                }
                 Err(error) => return Err(error),
             }
         }
@@ -224,14 +229,16 @@ impl Link {
             return Ok(pipe);
         }
         let (live, send) = self.ready().await?;
-        let pipe = crate::pipe::Pipe::open(send, head.clone()).inspect_err(|_| self.forget(&live))?;
+        let pipe = crate::pipe::Pipe::open(send, head.clone(), live.number).inspect_err(|_| self.forget(&live))?;
         *self.0.pipe.lock().unwrap_or_else(|p| p.into_inner()) = Some(pipe.clone());
         Ok(pipe)
     }
 
+    /// The pipe, while it takes calls and its connection is the link's.
     fn open_pipe(&self) -> Option<crate::pipe::Pipe> {
+        let live = self.current()?.number;
         let guard = self.0.pipe.lock().unwrap_or_else(|p| p.into_inner());
-        guard.as_ref().filter(|pipe| pipe.is_open()).cloned()
+        guard.as_ref().filter(|pipe| pipe.is_open() && pipe.connection() == live).cloned()
     }
 
     /// A connection ready to take a call: the open one or, when that can take no more (it has
@@ -272,6 +279,9 @@ impl Link {
         }
         match self.connect().await {
             Ok(live) => {
+                // A new connection (perhaps to a newer service at the same address) tries the
+                // pipe again.
+                self.0.no_pipe.store(false, Ordering::Relaxed);
                 *self.0.live.lock().unwrap_or_else(|p| p.into_inner()) = Some(live.clone());
                 Ok(live)
             }
@@ -291,8 +301,13 @@ impl Link {
     /// Stop using `live` for new calls (a call saw it fail); the calls under way on it finish
     /// there, and the next call connects again.
     fn forget(&self, live: &Live) {
+        self.forget_connection(live.number);
+    }
+
+    /// [`Link::forget`] the connection numbered `number`, if it is still the link's.
+    fn forget_connection(&self, number: u64) {
         let mut guard = self.0.live.lock().unwrap_or_else(|p| p.into_inner());
-        if guard.as_ref().is_some_and(|held| held.number == live.number) {
+        if guard.as_ref().is_some_and(|held| held.number == number) {
             *guard = None;
         }
     }
@@ -534,7 +549,16 @@ mod tests {
             assert_eq!(data, format!("{url}{path} 5 hello"));
             assert_eq!(status, "0");
         }
-        // A server that does not answer `Pipe`: `Handle` went on a stream of its own, and will.
+        // A message too short to be a request never goes on a pipe; a request does, and a
+        // server that does not answer `Pipe` gets it on a stream of its own (and the next ones).
+        assert!(!link.0.no_pipe.load(Ordering::Relaxed), "no pipe tried yet");
+        let message = b"\0\0\0\0\x02hi";
+        let response = link.call(request("/mcp.v1.McpService/Handle", message)).await.expect("an answer");
+        let data = response.into_body().collect().await.expect("whole").to_bytes();
+        assert_eq!(
+            &data[..],
+            format!("{url}/mcp.v1.McpService/Handle 7 ").as_bytes().iter().chain(message).copied().collect::<Vec<u8>>()
+        );
         assert!(link.0.no_pipe.load(Ordering::Relaxed), "the pipe was tried and refused");
         assert!(link.open_pipe().is_none());
     }

@@ -164,6 +164,8 @@ struct PipeShared {
     /// False once the pipe takes no more calls (it ended, or the service said `closing`).
     open: Arc<AtomicBool>,
     next: AtomicU64,
+    /// Which of its link's connections it runs on.
+    connection: u64,
 }
 
 /// How a call on a pipe went, before its answer.
@@ -179,6 +181,7 @@ impl Pipe {
     pub(crate) fn open(
         mut send: h2::client::SendRequest<Bytes>,
         mut head: http::request::Parts,
+        connection: u64,
     ) -> Result<Pipe, TransportError> {
         let mut uri = http::uri::Parts::from(std::mem::take(&mut head.uri));
         uri.path_and_query = Some(http::uri::PathAndQuery::from_static(PIPE_PATH));
@@ -192,11 +195,16 @@ impl Pipe {
         let (commands, rx) = mpsc::unbounded_channel();
         let open = Arc::new(AtomicBool::new(true));
         tokio::spawn(run(response, stream, rx, open.clone()));
-        Ok(Pipe(Arc::new(PipeShared { commands, open, next: AtomicU64::new(1) })))
+        Ok(Pipe(Arc::new(PipeShared { commands, open, next: AtomicU64::new(1), connection })))
     }
 
     pub(crate) fn is_open(&self) -> bool {
         self.0.open.load(Ordering::Acquire) && !self.0.commands.is_closed()
+    }
+
+    /// Which of its link's connections it runs on.
+    pub(crate) fn connection(&self) -> u64 {
+        self.0.connection
     }
 
     /// Send the call whose `Handle` request has head `parts` and the one message `message`
@@ -334,9 +342,13 @@ async fn run(
 ) {
     let mut calls: HashMap<u64, Sender> = HashMap::new();
     let mut closing = false;
+    // False once nothing more can be sent: a call then is not taken.
+    let mut sending = true;
     let mut response = Some(response);
     let mut body: Option<h2::RecvStream> = None;
-    let mut messages = Messages::new(crate::MAX_MESSAGE_BYTES);
+    // A frame may carry an `McpFrame` above the message limit: its call alone fails, as over
+    // `Handle` (`crate::call`), so the pipe reads it whole rather than break off.
+    let mut messages = Messages::new(2 * crate::MAX_MESSAGE_BYTES);
     let mut received = Vec::new();
     // Why the pipe ended, for the calls still waiting: (status, never processed), or the
     // service does not know `Pipe`.
@@ -344,45 +356,50 @@ async fn run(
         tokio::select! {
             command = commands.recv() => match command {
                 Some(Command::Start { call, message, events }) => {
-                    if closing {
-                        let _ = events.events.send(Event::Failed(TransportError::not_taken("the service is shutting down")));
+                    if closing || !sending {
+                        let _ = events.events.send(Event::Failed(TransportError::not_taken("the pipe takes no more calls")));
                         continue;
                     }
-                    if let Err(error) = stream.send_data(message, false) {
-                        let _ = events.events.send(Event::Failed(TransportError::stream(error)));
-                        break Ok((tonic::Status::unavailable("the pipe could not send"), false));
+                    if stream.send_data(message, false).is_err() {
+                        // Not sent (the stream was reset, or is ending): this call was not taken;
+                        // the others are answered, or not, as the stream ends.
+                        sending = false;
+                        open.store(false, Ordering::Release);
+                        let _ = events.events.send(Event::Failed(TransportError::not_taken("the pipe could not send it")));
+                        continue;
                     }
                     calls.insert(call, events);
                 }
                 Some(Command::Cancel(call)) => {
-                    if calls.remove(&call).is_some() {
+                    if calls.remove(&call).is_some() && sending {
                         let _ = stream.send_data(framed(&pb::PipeCall { call, ..Default::default() }), false);
                     }
                 }
                 // Every handle gone (the link dropped): end the stream.
                 None => {
-                    let _ = stream.send_data(Bytes::new(), true);
+                    if sending {
+                        let _ = stream.send_data(Bytes::new(), true);
+                    }
                     break Ok((tonic::Status::unavailable("the link was dropped"), false));
                 }
             },
             head = async { response.as_mut().expect("polled only while waiting").await }, if response.is_some() => {
                 response = None;
                 match head {
-                    Ok(head) => {
-                        let grpc_status = head.headers().get("grpc-status").map(|v| v.as_bytes().to_vec());
-                        match grpc_status.as_deref() {
-                            Some(b"12") => break Err(()),
-                            Some(_) => {
-                                let status = tonic::Status::from_header_map(head.headers())
-                                    .unwrap_or_else(|| tonic::Status::unknown("an unreadable grpc-status"));
-                                break Ok((status, false));
-                            }
-                            None if head.status() != http::StatusCode::OK => {
-                                break Ok((tonic::Status::unknown(format!("the pipe was answered {}", head.status())), false));
-                            }
-                            None => body = Some(head.into_body()),
+                    Ok(head) => match head.headers().get("grpc-status").map(|v| v.as_bytes().to_vec()).as_deref() {
+                        // gRPC's UNIMPLEMENTED, or HTTP's 404 that gRPC maps to it.
+                        Some(b"12") => break Err(()),
+                        None if head.status() == http::StatusCode::NOT_FOUND => break Err(()),
+                        Some(_) => {
+                            let status = tonic::Status::from_header_map(head.headers())
+                                .unwrap_or_else(|| tonic::Status::unknown("an unreadable grpc-status"));
+                            break Ok((status, false));
                         }
-                    }
+                        None if head.status() != http::StatusCode::OK => {
+                            break Ok((tonic::Status::unknown(format!("the pipe was answered {}", head.status())), false));
+                        }
+                        None => body = Some(head.into_body()),
+                    },
                     Err(error) => {
                         let never = TransportError::stream_never_processed(&error);
                         break Ok((crate::transport::status_of(&error), never));
@@ -405,7 +422,7 @@ async fn run(
                                     closing = true;
                                     open.store(false, Ordering::Release);
                                 }
-                                route(&mut calls, &mut stream, frame);
+                                route(&mut calls, &mut stream, sending, frame);
                             }
                             Err(e) => {
                                 malformed = Some(tonic::Status::internal(format!("a PipeFrame that does not decode: {e}")));
@@ -422,33 +439,59 @@ async fn run(
                     break Ok((crate::transport::status_of(&error), never));
                 }
                 None => {
-                    // Ended: after `closing`, a call not answered was not taken.
-                    break Ok((tonic::Status::unavailable("the pipe ended with the call unanswered"), closing));
+                    // Ended: with `grpc-status: 0` after `closing`, a call not answered was not
+                    // taken; with another status every call unanswered fails with it.
+                    let trailers = match body.as_mut() {
+                        Some(body) => body.trailers().await,
+                        None => Ok(None),
+                    };
+                    break match trailers {
+                        Ok(Some(trailers)) if trailers.get("grpc-status").is_some_and(|v| v != "0") => {
+                            let status = tonic::Status::from_header_map(&trailers)
+                                .unwrap_or_else(|| tonic::Status::unknown("an unreadable grpc-status"));
+                            Ok((status, false))
+                        }
+                        Ok(Some(_)) if closing => {
+                            Ok((tonic::Status::unavailable("the service shut down before it took the call"), true))
+                        }
+                        Ok(_) => Ok((tonic::Status::unavailable("the pipe ended with the call unanswered"), false)),
+                        Err(error) => Ok((crate::transport::status_of(&error), false)),
+                    };
                 }
             },
         }
     };
     open.store(false, Ordering::Release);
     commands.close();
-    let mut waiting: Vec<Sender> = calls.into_values().collect();
-    while let Ok(command) = commands.try_recv() {
-        if let Command::Start { events, .. } = command {
-            waiting.push(events);
+    let failure = |status: &tonic::Status, never: bool| {
+        if never {
+            TransportError::not_taken(status.message())
+        } else {
+            TransportError::pipe_lost(status.clone(), false)
         }
-    }
-    for call in waiting {
+    };
+    for call in calls.into_values() {
         let event = match &outcome {
             Err(()) => Event::Unsupported,
-            Ok((status, true)) => Event::Failed(TransportError::not_taken(status.message())),
-            Ok((status, false)) => Event::Failed(TransportError::pipe_lost(status.clone(), false)),
+            Ok((status, never)) => Event::Failed(failure(status, *never)),
         };
         let _ = call.events.send(event);
+    }
+    // Calls that were never sent.
+    while let Ok(command) = commands.try_recv() {
+        if let Command::Start { events, .. } = command {
+            let event = match &outcome {
+                Err(()) => Event::Unsupported,
+                Ok(_) => Event::Failed(TransportError::not_taken("the pipe had ended")),
+            };
+            let _ = events.events.send(event);
+        }
     }
 }
 
 /// Hand `frame` to its call (a call cancelled meanwhile is no longer listed: dropped).
-fn route(calls: &mut HashMap<u64, Sender>, stream: &mut h2::SendStream<Bytes>, frame: pb::PipeFrame) {
-    let pb::PipeFrame { call, frame, end, not_taken, .. } = frame;
+fn route(calls: &mut HashMap<u64, Sender>, stream: &mut h2::SendStream<Bytes>, sending: bool, frame: pb::PipeFrame) {
+    let pb::PipeFrame { call, frame, end, not_taken, code, message, .. } = frame;
     if call == 0 {
         return;
     }
@@ -459,15 +502,18 @@ fn route(calls: &mut HashMap<u64, Sender>, stream: &mut h2::SendStream<Bytes>, f
         return;
     }
     if !frame.is_empty() {
-        let waiting = sender.waiting.fetch_add(frame.len(), Ordering::Relaxed) + frame.len();
-        if waiting > CALL_BUFFER {
+        let before = sender.waiting.fetch_add(frame.len(), Ordering::Relaxed);
+        // A frame alone may be larger than the buffer: what counts is what waits before it.
+        if before > 0 && before + frame.len() > CALL_BUFFER {
             // Its caller reads too slowly: the call ends here, and on the service.
             let status = tonic::Status::resource_exhausted(format!(
                 "the call's caller left more than {CALL_BUFFER} bytes of its answer unread"
             ));
             let _ = sender.events.send(Event::Failed(TransportError::pipe_lost(status, false)));
             calls.remove(&call);
-            let _ = stream.send_data(framed(&pb::PipeCall { call, ..Default::default() }), false);
+            if sending {
+                let _ = stream.send_data(framed(&pb::PipeCall { call, ..Default::default() }), false);
+            }
             return;
         }
         if sender.events.send(Event::Frame(frame)).is_err() {
@@ -476,7 +522,13 @@ fn route(calls: &mut HashMap<u64, Sender>, stream: &mut h2::SendStream<Bytes>, f
         }
     }
     if end {
-        let _ = sender.events.send(Event::End);
+        let event = if code == 0 {
+            Event::End
+        } else {
+            let status = tonic::Status::new(tonic::Code::from_i32(code), message);
+            Event::Failed(TransportError::pipe_lost(status, false))
+        };
+        let _ = sender.events.send(event);
         calls.remove(&call);
     }
 }
@@ -533,8 +585,8 @@ mod tests {
         Frame(pb::PipeFrame),
         /// Raw data, as written.
         Data(Bytes),
-        /// End the stream with `grpc-status: 0`.
-        End,
+        /// End the stream with this `grpc-status`.
+        End(&'static str),
     }
 
     /// An HTTP/2 server that answers `Pipe` as the test says and anything else not at all.
@@ -571,9 +623,9 @@ mod tests {
                                 match answer {
                                     Answer::Frame(frame) => drop(send.send_data(framed(&frame), false)),
                                     Answer::Data(data) => drop(send.send_data(data, false)),
-                                    Answer::End => {
+                                    Answer::End(status) => {
                                         let mut trailers = http::HeaderMap::new();
-                                        trailers.insert("grpc-status", http::HeaderValue::from_static("0"));
+                                        trailers.insert("grpc-status", http::HeaderValue::from_static(status));
                                         let _ = send.send_trailers(trailers);
                                         return;
                                     }
@@ -706,15 +758,55 @@ mod tests {
         // On the pipe that is open, which then closes without answering it.
         next_call(&mut next).await;
         next.frames.send(Answer::Frame(pb::PipeFrame { closing: true, ..Default::default() })).expect("sent");
-        next.frames.send(Answer::End).expect("sent");
+        next.frames.send(Answer::End("0")).expect("sent");
         // The link tries once more on a new pipe; that one ends the same way.
         let mut again = pipes.recv().await.expect("one more pipe");
         next_call(&mut again).await;
         again.frames.send(Answer::Frame(pb::PipeFrame { closing: true, ..Default::default() })).expect("sent");
-        again.frames.send(Answer::End).expect("sent");
+        again.frames.send(Answer::End("0")).expect("sent");
         let error = unanswered.await.expect("joined").expect_err("not taken");
         assert!(error.never_processed(), "{error}");
         assert_eq!(tonic::Status::from_error(Box::new(error)).code(), tonic::Code::Unavailable);
+    }
+
+    /// A call the service ends with a status fails with it, alone; a frame larger than the
+    /// per-call buffer reaches a caller that reads promptly; a stream that ends with an error
+    /// after `closing` fails its calls unanswered as possibly processed (they may have run).
+    #[tokio::test]
+    async fn a_call_fails_alone_and_a_large_frame_passes() {
+        let (url, mut pipes) = pipe_server().await;
+        let link = Link::new(&url, Settings::default()).expect("a URL");
+        let spawn = |id: u64| {
+            let link = link.clone();
+            tokio::spawn(async move {
+                let answer = link.call(handle(id)).await?;
+                let collected = answer.into_body().collect().await.map_err(|s| TransportError::pipe_lost(s, false))?;
+                Ok::<_, TransportError>(collected.to_bytes().len())
+            })
+        };
+        let failing = spawn(1);
+        let mut served = pipes.recv().await.expect("a pipe");
+        let call = next_call(&mut served).await.call;
+        let failed = pb::PipeFrame { call, end: true, code: 13, message: "it broke".into(), ..Default::default() };
+        served.frames.send(Answer::Frame(failed)).expect("sent");
+        let error = failing.await.expect("joined").expect_err("failed");
+        assert!(!error.never_processed(), "{error}");
+        let status = error.into_status();
+        assert_eq!((status.code(), status.message()), (tonic::Code::Internal, "it broke"));
+
+        let large = spawn(2);
+        let call = next_call(&mut served).await.call;
+        let big = "y".repeat(CALL_BUFFER + 1);
+        served.frames.send(Answer::Frame(frame(call, &big, true))).expect("sent");
+        assert!(large.await.expect("joined").expect("whole") > CALL_BUFFER, "the large frame whole");
+
+        let unanswered = spawn(3);
+        let call = next_call(&mut served).await;
+        assert!(call.call > 0);
+        served.frames.send(Answer::Frame(pb::PipeFrame { closing: true, ..Default::default() })).expect("sent");
+        served.frames.send(Answer::End("13")).expect("sent");
+        let error = unanswered.await.expect("joined").expect_err("failed");
+        assert!(!error.never_processed(), "an error after `closing` may have run it: {error}");
     }
 
     /// A pipe that breaks fails its calls under way as a broken connection does (not as never
