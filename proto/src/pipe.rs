@@ -19,14 +19,23 @@
 //!   stream's reset did: a `PipeCall` without a request;
 //! - a call whose caller reads slowly (a client reading an SSE answer slowly) cannot hold up the
 //!   others: its frames wait in a buffer of its own, and past [`CALL_BUFFER`] bytes the call is
-//!   cancelled and fails (`RESOURCE_EXHAUSTED`), where the stream's flow control stalled it;
+//!   cancelled and fails (`RESOURCE_EXHAUSTED`), where the stream's flow control stalled it (a
+//!   single frame larger than that still reaches a caller that has read everything before it);
+//! - a call that fails on the service (its work panicked) fails alone, with the status the
+//!   service gives; so does one whose frame is above the message limit ([`crate::call`]);
 //! - a service shutting down says so (`closing`), answers each call that arrives after that
 //!   `not_taken`, and ends the stream once the calls it took have ended; such calls, and any
 //!   without an answer when a stream that said `closing` ends, fail as never processed, so that
 //!   [`crate::balance`] sends them to another replica as it did for streams a GOAWAY left out;
 //!   a connection that breaks fails the calls under way, as before;
 //! - a service that does not know `Pipe` (an older one, during a rolling upgrade) answers it
-//!   `UNIMPLEMENTED`: the link then calls `Handle` a stream per call, as before.
+//!   `UNIMPLEMENTED` (or HTTP 404): the link then calls `Handle` a stream per call, as before,
+//!   until it connects again.
+//!
+//! What differs: one stream's flow control now carries every call of a connection, so a large
+//! answer (a megabyte read that crosses) goes out before the frames queued behind it, where
+//! streams shared only the connection's window; and a caller reading slowly may have up to
+//! [`CALL_BUFFER`] of its answer held in the gateway, where a stream held its 2 MiB window.
 
 use std::collections::HashMap;
 use std::pin::Pin;
