@@ -661,6 +661,15 @@ mod tests {
         request
     }
 
+    /// A `Handle` call on `link`, on a task of its own.
+    fn spawn_call(
+        link: &Link,
+        id: u64,
+    ) -> tokio::task::JoinHandle<Result<http::Response<tonic::body::Body>, TransportError>> {
+        let link = link.clone();
+        tokio::spawn(async move { link.call(handle(id)).await })
+    }
+
     fn frame(call: u64, json: &str, end: bool) -> pb::PipeFrame {
         let inner = pb::McpFrame { json: Bytes::from(json.to_owned()), ..Default::default() };
         pb::PipeFrame { call, frame: framed(&inner), end, ..Default::default() }
@@ -676,16 +685,7 @@ mod tests {
     async fn calls_share_a_pipe_and_get_their_own_frames() {
         let (url, mut pipes) = pipe_server().await;
         let link = Link::new(&url, Settings::default()).expect("a URL");
-        let (first, second) = (
-            tokio::spawn({
-                let link = link.clone();
-                async move { link.call(handle(1)).await }
-            }),
-            tokio::spawn({
-                let link = link.clone();
-                async move { link.call(handle(2)).await }
-            }),
-        );
+        let (first, second) = (spawn_call(&link, 1), spawn_call(&link, 2));
         let mut served = pipes.recv().await.expect("one pipe");
         let (a, b) = (next_call(&mut served).await, next_call(&mut served).await);
         assert_eq!(a.traceparent, "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01");
@@ -714,20 +714,14 @@ mod tests {
     async fn a_caller_that_goes_away_cancels_its_call() {
         let (url, mut pipes) = pipe_server().await;
         let link = Link::new(&url, Settings::default()).expect("a URL");
-        let waiting = tokio::spawn({
-            let link = link.clone();
-            async move { link.call(handle(1)).await.map(drop) }
-        });
+        let waiting = spawn_call(&link, 1);
         let mut served = pipes.recv().await.expect("a pipe");
         let call = next_call(&mut served).await;
         waiting.abort();
         let cancel = next_call(&mut served).await;
         assert_eq!((cancel.call, cancel.request.is_empty()), (call.call, true), "cancelled before its answer");
 
-        let reading = tokio::spawn({
-            let link = link.clone();
-            async move { link.call(handle(2)).await }
-        });
+        let reading = spawn_call(&link, 2);
         let call = next_call(&mut served).await;
         served.frames.send(Answer::Frame(frame(call.call, "interim", false))).expect("sent");
         let answer = reading.await.expect("joined").expect("its first frame");
@@ -743,10 +737,7 @@ mod tests {
     async fn calls_not_taken_were_never_processed() {
         let (url, mut pipes) = pipe_server().await;
         let link = Link::new(&url, Settings::default()).expect("a URL");
-        let refused = tokio::spawn({
-            let link = link.clone();
-            async move { link.call(handle(1)).await.map(drop) }
-        });
+        let refused = spawn_call(&link, 1);
         let mut served = pipes.recv().await.expect("a pipe");
         let call = next_call(&mut served).await;
         served.frames.send(Answer::Frame(pb::PipeFrame { closing: true, ..Default::default() })).expect("sent");
@@ -760,10 +751,7 @@ mod tests {
         next.frames.send(Answer::Frame(frame(call.call, "taken", true))).expect("sent");
         refused.await.expect("joined").expect("answered on the new pipe");
 
-        let unanswered = tokio::spawn({
-            let link = link.clone();
-            async move { link.call(handle(2)).await.map(drop) }
-        });
+        let unanswered = spawn_call(&link, 2);
         // On the pipe that is open, which then closes without answering it.
         next_call(&mut next).await;
         next.frames.send(Answer::Frame(pb::PipeFrame { closing: true, ..Default::default() })).expect("sent");
@@ -824,10 +812,7 @@ mod tests {
     async fn a_broken_pipe_fails_its_calls() {
         let (url, mut pipes) = pipe_server().await;
         let link = Link::new(&url, Settings::default()).expect("a URL");
-        let waiting = tokio::spawn({
-            let link = link.clone();
-            async move { link.call(handle(1)).await.map(drop) }
-        });
+        let waiting = spawn_call(&link, 1);
         let mut served = pipes.recv().await.expect("a pipe");
         next_call(&mut served).await;
         served.frames.send(Answer::Data(prefixed(b"\xff\xff\xff"))).expect("sent");
@@ -843,10 +828,7 @@ mod tests {
     async fn a_caller_that_reads_too_slowly_loses_its_call() {
         let (url, mut pipes) = pipe_server().await;
         let link = Link::new(&url, Settings::default()).expect("a URL");
-        let slow = tokio::spawn({
-            let link = link.clone();
-            async move { link.call(handle(1)).await }
-        });
+        let slow = spawn_call(&link, 1);
         let mut served = pipes.recv().await.expect("a pipe");
         let call = next_call(&mut served).await.call;
         let chunk = "x".repeat(1024 * 1024);
@@ -868,10 +850,7 @@ mod tests {
         // What was kept: the buffer's worth, give or take a frame (the first was read at once).
         assert!(kept.abs_diff(CALL_BUFFER) <= 2 * chunk.len(), "{kept}");
         // The pipe goes on.
-        let next = tokio::spawn({
-            let link = link.clone();
-            async move { link.call(handle(2)).await.map(drop) }
-        });
+        let next = spawn_call(&link, 2);
         let call = next_call(&mut served).await.call;
         served.frames.send(Answer::Frame(frame(call, "fine", true))).expect("sent");
         next.await.expect("joined").expect("answered");
