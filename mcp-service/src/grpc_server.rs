@@ -322,12 +322,7 @@ pub(crate) const SPLICE_FROM: usize = 32 * 1024;
 pub(crate) fn encode(mut message: pb::McpFrame) -> (Bytes, [Option<Bytes>; 2]) {
     use prost::encoding::{WireType, encode_key, encode_varint, encoded_len_varint, key_len};
     if message.json.len() < SPLICE_FROM {
-        let length = message.encoded_len();
-        let mut out = BytesMut::with_capacity(5 + length);
-        out.put_u8(0);
-        out.put_u32(length as u32);
-        message.encode_raw(&mut out);
-        return (out.freeze(), [None, None]);
+        return (mcp_proto::pipe::framed(&message), [None, None]);
     }
     let json = std::mem::take(&mut message.json);
     let field = key_len(1) + encoded_len_varint(json.len() as u64) + json.len();
