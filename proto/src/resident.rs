@@ -4,14 +4,19 @@
 //! in around each one a process touches (fault-around, 64 KiB), and start-up (configuration,
 //! definitions parsing, schema and template checks, clap, TLS and SQL set-up) touches code
 //! spread over the whole text. Those pages stay mapped for the life of the process although
-//! start-up never runs again. [`release_startup_code`] asks the kernel to reclaim the
-//! program's read-only pages (`MADV_PAGEOUT`); the code a service goes on running comes back
-//! from the file at its next use, so what stays resident is the code it serves with.
+//! start-up never runs again. [`release_startup_code`] hands the program's read-only pages back:
+//! it asks the kernel to reclaim them (`MADV_PAGEOUT`), then unmaps from this process what is
+//! left of the ones that are clean copies of the file (`MADV_DONTNEED`): pages another process
+//! maps too, such as a second replica of the same image on the node, which the kernel does not
+//! reclaim. The code a service goes on running comes back from the file (or the page cache) at
+//! its next use, so what stays resident is the code it serves with.
 //! Under the benchmark's list and call load, registry-service went from 18.5–19.1 to 8.3–8.9
 //! MiB and oauth-service from 14.6–15.1 to 4.7–5.2 (docs/performance.md).
 //!
-//! Only clean copies of the file are reclaimed: nothing the process wrote (its heap, stacks and
-//! writable data) is touched, and pages another process also maps are left alone by the kernel.
+//! Only clean copies of the file are handed back: nothing the process wrote (its heap, stacks
+//! and writable data) is touched, and a read-only mapping holding pages the process wrote
+//! before it became read-only (relocated constants, `RELRO`: `Anonymous` above 0 in
+//! `/proc/self/smaps`) is only offered for reclaim, which leaves such pages as they are.
 
 use std::ffi::c_void;
 use std::path::Path;
@@ -36,43 +41,81 @@ pub(crate) fn on_upkeep_tick(tick: u64) {
     }
 }
 
-/// Ask the kernel to reclaim the pages of this program's file mapped read-only (its code and
-/// constants); returns how many bytes of mappings were advised. Kernels before 5.4 do not know
-/// the advice (an error; nothing changes).
+/// Hand back the pages of this program's file mapped read-only (its code and constants):
+/// reclaimed where only this process maps them, unmapped from it where the mapping holds clean
+/// copies of the file alone; returns how many bytes of mappings were advised. Kernels before
+/// 5.4 do not know `MADV_PAGEOUT`: the mappings that are not clean are then kept (an error).
 #[allow(unsafe_code)]
 pub fn release_startup_code() -> std::io::Result<usize> {
     let exe = std::fs::read_link("/proc/self/exe")?;
-    let maps = std::fs::read_to_string("/proc/self/maps")?;
+    let smaps = std::fs::read_to_string("/proc/self/smaps")?;
     let mut advised = 0;
-    for (start, len) in read_only_mappings_of(&maps, &exe) {
+    // The first advice refused; the other mappings are handed back all the same.
+    let mut refused = None;
+    for mapping in read_only_mappings_of(&smaps, &exe) {
         // SAFETY: the range is, by the kernel's own list, a mapping of this program's file
         // without write permission. Paging it out drops clean copies of the file's pages, which
         // the kernel reads back from the file when they are next used; the memory's contents
         // as the program sees them do not change, and no Rust reference can be invalidated.
-        unsafe { rustix::mm::madvise(start as *mut c_void, len, rustix::mm::Advice::LinuxPageOut)? };
-        advised += len;
+        let paged_out =
+            unsafe { rustix::mm::madvise(mapping.start as *mut c_void, mapping.len, rustix::mm::Advice::LinuxPageOut) };
+        if mapping.clean {
+            // SAFETY: as above, and the mapping holds no page this process wrote (none
+            // anonymous): dropping it from this process's page tables makes its next use read
+            // the file's page again, which is what it held. This also works on a kernel
+            // without `MADV_PAGEOUT`.
+            unsafe {
+                rustix::mm::madvise(mapping.start as *mut c_void, mapping.len, rustix::mm::Advice::LinuxDontNeed)?
+            };
+        } else if let Err(e) = paged_out {
+            refused.get_or_insert(e);
+        }
+        advised += mapping.len;
     }
-    Ok(advised)
+    match refused {
+        Some(e) => Err(e.into()),
+        None => Ok(advised),
+    }
 }
 
-/// `(start, length)` of each mapping of `exe` without write permission in a `/proc/PID/maps`
-/// text (`start-end perms offset dev inode path`).
-fn read_only_mappings_of(maps: &str, exe: &Path) -> Vec<(usize, usize)> {
-    maps.lines()
-        .filter_map(|line| {
-            let mut fields = line.splitn(6, ' ');
-            let range = fields.next()?;
-            let perms = fields.next()?;
-            let path = fields.nth(3)?.trim_start();
-            if perms.contains('w') || Path::new(path) != exe {
-                return None;
+/// A read-only mapping of the program's file.
+#[derive(Debug, PartialEq)]
+struct Mapping {
+    start: usize,
+    len: usize,
+    /// No page of it is anonymous (written by the process, as relocations are): every page is
+    /// the file's.
+    clean: bool,
+}
+
+/// Each mapping of `exe` without write permission in a `/proc/PID/smaps` text (a line `start-end
+/// perms offset dev inode path` per mapping, then its `Key: value` lines).
+fn read_only_mappings_of(smaps: &str, exe: &Path) -> Vec<Mapping> {
+    let mut chosen: Vec<Mapping> = Vec::new();
+    // Whether the mapping whose lines are being read is the last one chosen.
+    let mut in_chosen = false;
+    for line in smaps.lines() {
+        if let Some(anonymous) = line.strip_prefix("Anonymous:") {
+            if in_chosen && let Some(last) = chosen.last_mut() {
+                last.clean = anonymous.trim().strip_suffix("kB").is_some_and(|kb| kb.trim() == "0");
             }
-            let (start, end) = range.split_once('-')?;
-            let start = usize::from_str_radix(start, 16).ok()?;
-            let end = usize::from_str_radix(end, 16).ok()?;
-            (end > start).then_some((start, end - start))
-        })
-        .collect()
+            continue;
+        }
+        let mut fields = line.splitn(6, ' ');
+        let (Some(range), Some(perms)) = (fields.next(), fields.next()) else { continue };
+        let Some((start, end)) = range.split_once('-') else { continue };
+        let (Ok(start), Ok(end)) = (usize::from_str_radix(start, 16), usize::from_str_radix(end, 16)) else {
+            continue;
+        };
+        // A mapping's first line: chosen or not, the lines after it are its own.
+        let path = fields.nth(3).map(str::trim_start).unwrap_or_default();
+        in_chosen = !perms.contains('w') && Path::new(path) == exe && end > start;
+        if in_chosen {
+            // Clean only once its `Anonymous` line says so.
+            chosen.push(Mapping { start, len: end - start, clean: false });
+        }
+    }
+    chosen
 }
 
 #[cfg(test)]
@@ -81,32 +124,84 @@ mod tests {
 
     #[test]
     fn only_the_programs_read_only_mappings_are_chosen() {
-        let maps = "\
+        let smaps = "\
 55d0a0000000-55d0a0100000 r--p 00000000 08:01 1234                       /srv/bin/my service
+Size:               1024 kB
+Rss:                 512 kB
+Anonymous:             0 kB
+VmFlags: rd mr mw me
 55d0a0100000-55d0a0900000 r-xp 00100000 08:01 1234                       /srv/bin/my service
+Size:               8192 kB
+Anonymous:             0 kB
 55d0a0900000-55d0a0a00000 r--p 00900000 08:01 1234                       /srv/bin/my service
+Size:               1024 kB
+Anonymous:           120 kB
 55d0a0a00000-55d0a0a10000 rw-p 00a00000 08:01 1234                       /srv/bin/my service
+Anonymous:            64 kB
 55d0a0a10000-55d0a0b00000 rw-p 00000000 00:00 0                          [heap]
+Anonymous:           960 kB
 7f0000000000-7f0000100000 r-xp 00000000 08:01 99                         /usr/lib/libc.so.6
+Anonymous:             0 kB
 7f0000200000-7f0000300000 r-xp 00000000 08:01 1234                       /srv/bin/my service (deleted)
+Anonymous:             0 kB
 7fff00000000-7fff00021000 rw-p 00000000 00:00 0                          [stack]
+Anonymous:           132 kB
 ";
-        let chosen = read_only_mappings_of(maps, Path::new("/srv/bin/my service"));
-        assert_eq!(chosen, vec![(0x55d0a0000000, 0x100000), (0x55d0a0100000, 0x800000), (0x55d0a0900000, 0x100000)]);
+        let chosen = read_only_mappings_of(smaps, Path::new("/srv/bin/my service"));
+        let mapping = |start, len, clean| Mapping { start, len, clean };
+        assert_eq!(
+            chosen,
+            vec![
+                mapping(0x55d0a0000000, 0x100000, true),
+                mapping(0x55d0a0100000, 0x800000, true),
+                // Relocated constants: offered for reclaim, never unmapped.
+                mapping(0x55d0a0900000, 0x100000, false),
+            ]
+        );
+        // A mapping whose `Anonymous` line is missing or unreadable counts as written.
+        let unread = "55d0a0100000-55d0a0900000 r-xp 00100000 08:01 1234 /srv/bin/my service\nAnonymous: many\n";
+        assert_eq!(
+            read_only_mappings_of(unread, Path::new("/srv/bin/my service")),
+            vec![mapping(0x55d0a0100000, 0x800000, false)]
+        );
     }
 
     #[test]
     fn this_process_advises_its_whole_program_and_runs_on() {
         let exe = std::fs::read_link("/proc/self/exe").expect("exe");
-        let maps = std::fs::read_to_string("/proc/self/maps").expect("maps");
-        let mapped: usize = read_only_mappings_of(&maps, &exe).iter().map(|(_, len)| len).sum();
+        let before = std::fs::read_to_string("/proc/self/smaps").expect("smaps");
+        let chosen = read_only_mappings_of(&before, &exe);
+        let mapped: usize = chosen.iter().map(|m| m.len).sum();
         assert!(mapped > 0, "the test binary's own code is mapped");
-        // How much memory that hands back is measured by `bench`, not here: pages that other
-        // processes of this test binary map at the same time are left alone by the kernel.
+        assert!(chosen.iter().any(|m| m.clean), "its code is a clean copy of the file: {chosen:?}");
+        let clean: Vec<usize> = chosen.iter().filter(|m| m.clean).map(|m| m.start).collect();
+        let resident_before = resident_kib(&before, &clean);
         match release_startup_code() {
             Ok(bytes) => assert_eq!(bytes, mapped),
             // Kernels without MADV_PAGEOUT refuse the advice.
             Err(e) => assert_eq!(e.kind(), std::io::ErrorKind::InvalidInput, "{e}"),
         }
+        // The clean mappings are dropped from this process even where other processes of this
+        // test binary map the same pages; what runs from here on comes back (a few pages).
+        let after = resident_kib(&std::fs::read_to_string("/proc/self/smaps").expect("smaps"), &clean);
+        assert!(after < resident_before / 2, "resident {resident_before} KiB before, {after} KiB after");
+    }
+
+    /// The `Rss` of the mappings starting at `starts`, in KiB.
+    fn resident_kib(smaps: &str, starts: &[usize]) -> u64 {
+        let mut counted = false;
+        let mut total = 0;
+        for line in smaps.lines() {
+            if let Some(rss) = line.strip_prefix("Rss:") {
+                if counted {
+                    total += rss.trim().trim_end_matches("kB").trim().parse::<u64>().expect("an Rss in kB");
+                }
+            } else if let Some((start, _)) = line.split_once('-')
+                && let Ok(start) = usize::from_str_radix(start, 16)
+            {
+                counted = starts.contains(&start);
+            }
+        }
+        total
     }
 }
