@@ -236,7 +236,7 @@ impl Link {
 
     /// The pipe, while it takes calls and its connection is the link's.
     fn open_pipe(&self) -> Option<crate::pipe::Pipe> {
-        let live = self.current()?.number;
+        let live = self.current_number()?;
         let guard = self.0.pipe.lock().unwrap_or_else(|p| p.into_inner());
         guard.as_ref().filter(|pipe| pipe.is_open() && pipe.connection() == live).cloned()
     }
@@ -291,6 +291,13 @@ impl Link {
                 Err(TransportError::connect(error))
             }
         }
+    }
+
+    /// Which connection [`Link::current`] would give, without a handle to it (a handle's clone
+    /// and drop each take h2's and the token's locks).
+    fn current_number(&self) -> Option<u64> {
+        let guard = self.0.live.lock().unwrap_or_else(|p| p.into_inner());
+        guard.as_ref().filter(|live| !live.ended.is_cancelled()).map(|live| live.number)
     }
 
     fn current(&self) -> Option<Live> {
