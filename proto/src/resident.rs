@@ -166,25 +166,71 @@ Anonymous:           132 kB
         );
     }
 
-    #[test]
-    fn this_process_advises_its_whole_program_and_runs_on() {
+    /// The clean read-only mappings of this test program, every page of them read once so that
+    /// this process maps them all.
+    #[allow(unsafe_code)]
+    fn map_the_program_whole() -> Vec<Mapping> {
         let exe = std::fs::read_link("/proc/self/exe").expect("exe");
-        let before = std::fs::read_to_string("/proc/self/smaps").expect("smaps");
-        let chosen = read_only_mappings_of(&before, &exe);
-        let mapped: usize = chosen.iter().map(|m| m.len).sum();
-        assert!(mapped > 0, "the test binary's own code is mapped");
-        assert!(chosen.iter().any(|m| m.clean), "its code is a clean copy of the file: {chosen:?}");
-        let clean: Vec<usize> = chosen.iter().filter(|m| m.clean).map(|m| m.start).collect();
-        let resident_before = resident_kib(&before, &clean);
-        match release_startup_code() {
+        let smaps = std::fs::read_to_string("/proc/self/smaps").expect("smaps");
+        let clean: Vec<Mapping> = read_only_mappings_of(&smaps, &exe).into_iter().filter(|m| m.clean).collect();
+        for mapping in &clean {
+            for page in (mapping.start..mapping.start + mapping.len).step_by(4096) {
+                // SAFETY: a readable mapping of the program's file, as the kernel lists it; a
+                // byte read changes nothing.
+                unsafe { std::ptr::read_volatile(page as *const u8) };
+            }
+        }
+        clean
+    }
+
+    /// Run by the test below as a process of its own: map the program whole, say so, and hold
+    /// it until the input closes.
+    #[test]
+    #[ignore = "a helper process of `the_program_is_handed_back_even_where_another_process_maps_it`"]
+    fn hold_the_program_mapped() {
+        use std::io::{Read as _, Write as _};
+        map_the_program_whole();
+        println!("holding");
+        let _ = std::io::stdout().flush();
+        let _ = std::io::stdin().read_to_end(&mut Vec::new());
+    }
+
+    /// The program's pages are handed back although another process (a second replica of the
+    /// same image) maps them too, which `MADV_PAGEOUT` alone leaves resident; the process runs
+    /// on, its code coming back as it runs.
+    #[test]
+    fn the_program_is_handed_back_even_where_another_process_maps_it() {
+        use std::io::BufRead as _;
+        let exe = std::fs::read_link("/proc/self/exe").expect("exe");
+        let mut other = std::process::Command::new(&exe)
+            .args(["resident::tests::hold_the_program_mapped", "--exact", "--ignored", "--nocapture"])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("the other process starts");
+        let said = std::io::BufReader::new(other.stdout.take().expect("its output"));
+        assert!(said.lines().map_while(Result::ok).any(|line| line == "holding"), "the other process maps the program");
+        let clean = map_the_program_whole();
+        let starts: Vec<usize> = clean.iter().map(|m| m.start).collect();
+        let before = resident_kib(&std::fs::read_to_string("/proc/self/smaps").expect("smaps"), &starts);
+        let mapped: usize = read_only_mappings_of(&std::fs::read_to_string("/proc/self/smaps").expect("smaps"), &exe)
+            .iter()
+            .map(|m| m.len)
+            .sum();
+        let released = release_startup_code();
+        let after = resident_kib(&std::fs::read_to_string("/proc/self/smaps").expect("smaps"), &starts);
+        drop(other.stdin.take());
+        let _ = other.wait();
+        match released {
             Ok(bytes) => assert_eq!(bytes, mapped),
-            // Kernels without MADV_PAGEOUT refuse the advice.
+            // Kernels without MADV_PAGEOUT refuse it for the mappings that are not clean.
             Err(e) => assert_eq!(e.kind(), std::io::ErrorKind::InvalidInput, "{e}"),
         }
-        // The clean mappings are dropped from this process even where other processes of this
-        // test binary map the same pages; what runs from here on comes back (a few pages).
-        let after = resident_kib(&std::fs::read_to_string("/proc/self/smaps").expect("smaps"), &clean);
-        assert!(after < resident_before / 2, "resident {resident_before} KiB before, {after} KiB after");
+        // What runs from the release on comes back (a few pages, and those the kernel maps in
+        // around each).
+        assert!(before > 4096, "the program is mapped whole: {before} KiB");
+        assert!(after < before / 2, "resident {before} KiB before, {after} KiB after");
     }
 
     /// The `Rss` of the mappings starting at `starts`, in KiB.
