@@ -30,12 +30,19 @@
 //!   a connection that breaks fails the calls under way, as before;
 //! - a service that does not know `Pipe` (an older one, during a rolling upgrade) answers it
 //!   `UNIMPLEMENTED` (or HTTP 404): the link then calls `Handle` a stream per call, as before,
-//!   until it connects again.
+//!   until it connects again;
+//! - a connection told to go away (HTTP/2 `GOAWAY`, from a proxy between the services that is
+//!   draining, say) takes no new calls, as it took no new streams: the pipe looks every
+//!   [`GOAWAY_CHECK`] whether its connection may still open streams and, once it may not, takes
+//!   no more calls and ends its side of the stream; the service answers the calls it has and
+//!   then ends its side, and the link sends the next calls on a new connection.
 //!
 //! What differs: one stream's flow control now carries every call of a connection, so a large
 //! answer (a megabyte read that crosses) goes out before the frames queued behind it, where
-//! streams shared only the connection's window; and a caller reading slowly may have up to
-//! [`CALL_BUFFER`] of its answer held in the gateway, where a stream held its 2 MiB window.
+//! streams shared only the connection's window; a caller reading slowly may have up to
+//! [`CALL_BUFFER`] of its answer held in the gateway, where a stream held its 2 MiB window; and
+//! a call whose caller goes away after its pipe has ended its side (told to go away) runs to
+//! its end on the service, as no cancel can be sent any more.
 
 use std::collections::HashMap;
 use std::pin::Pin;
@@ -59,6 +66,9 @@ pub const PREFIX: usize = 5;
 /// The most bytes of one call's frames kept for a caller that has not read them; past it the
 /// call is cancelled. A stream per call let the service send up to its window (2 MiB) ahead.
 pub const CALL_BUFFER: usize = 16 * 1024 * 1024;
+
+/// How often a pipe looks whether its connection was told to go away.
+pub const GOAWAY_CHECK: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Splits a stream of data into gRPC messages (their prefixes checked: not compressed, at most
 /// `max` bytes). A message found whole in the piece that brought it is a slice of that piece;
@@ -203,7 +213,7 @@ impl Pipe {
             send.send_request(http::Request::from_parts(head, ()), false).map_err(TransportError::unsent)?;
         let (commands, rx) = mpsc::unbounded_channel();
         let open = Arc::new(AtomicBool::new(true));
-        tokio::spawn(run(response, stream, rx, open.clone()));
+        tokio::spawn(run(send, response, stream, rx, open.clone()));
         Ok(Pipe(Arc::new(PipeShared { commands, open, next: AtomicU64::new(1), connection })))
     }
 
@@ -344,6 +354,7 @@ impl http_body::Body for CallBody {
 
 /// The pipe's task: sends the calls and their cancelling, routes each frame to its call.
 async fn run(
+    mut connection: h2::client::SendRequest<Bytes>,
     response: h2::client::ResponseFuture,
     mut stream: h2::SendStream<Bytes>,
     mut commands: mpsc::UnboundedReceiver<Command>,
@@ -359,6 +370,8 @@ async fn run(
     // `Handle` (`crate::call`), so the pipe reads it whole rather than break off.
     let mut messages = Messages::new(2 * crate::MAX_MESSAGE_BYTES);
     let mut received = Vec::new();
+    let mut goaway_check = tokio::time::interval_at(tokio::time::Instant::now() + GOAWAY_CHECK, GOAWAY_CHECK);
+    goaway_check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     // Why the pipe ended, for the calls still waiting: (status, never processed), or the
     // service does not know `Pipe`.
     let outcome: Result<(tonic::Status, bool), ()> = loop {
@@ -392,6 +405,16 @@ async fn run(
                     break Ok((tonic::Status::unavailable("the link was dropped"), false));
                 }
             },
+            // A connection that may open no more streams was told to go away (or has failed):
+            // no more calls here, and the service is told it has them all.
+            _ = goaway_check.tick(), if sending => {
+                let mut look = Context::from_waker(std::task::Waker::noop());
+                if let Poll::Ready(Err(_)) = connection.poll_ready(&mut look) {
+                    sending = false;
+                    open.store(false, Ordering::Release);
+                    let _ = stream.send_data(Bytes::new(), true);
+                }
+            }
             head = async { response.as_mut().expect("polled only while waiting").await }, if response.is_some() => {
                 response = None;
                 match head {
@@ -588,6 +611,10 @@ mod tests {
     struct Served {
         calls: mpsc::UnboundedReceiver<pb::PipeCall>,
         frames: mpsc::UnboundedSender<Answer>,
+        /// Which of the server's connections the pipe came on (from 1).
+        connection: usize,
+        /// Notified: the connection says `GOAWAY` (h2's graceful shutdown).
+        goaway: Arc<tokio::sync::Notify>,
     }
 
     enum Answer {
@@ -604,15 +631,27 @@ mod tests {
         let url = format!("http://{}", listener.local_addr().expect("test setup"));
         let (pipes_tx, pipes) = mpsc::unbounded_channel();
         tokio::spawn(async move {
+            let mut connections = 0;
             while let Ok((tcp, _)) = listener.accept().await {
                 let pipes_tx = pipes_tx.clone();
+                connections += 1;
+                let connection = connections;
                 tokio::spawn(async move {
                     let mut conn = h2::server::handshake(tcp).await.expect("handshake");
-                    while let Some(Ok((request, mut respond))) = conn.accept().await {
+                    let goaway = Arc::new(tokio::sync::Notify::new());
+                    loop {
+                        let accepted = tokio::select! {
+                            accepted = conn.accept() => accepted,
+                            () = goaway.notified() => {
+                                conn.graceful_shutdown();
+                                continue;
+                            }
+                        };
+                        let Some(Ok((request, mut respond))) = accepted else { break };
                         assert_eq!(request.uri().path(), PIPE_PATH);
                         let (calls_tx, calls) = mpsc::unbounded_channel();
                         let (frames, mut answers) = mpsc::unbounded_channel();
-                        let _ = pipes_tx.send(Served { calls, frames });
+                        let _ = pipes_tx.send(Served { calls, frames, connection, goaway: goaway.clone() });
                         let mut body = request.into_body();
                         tokio::spawn(async move {
                             let mut messages = Messages::new(usize::MAX);
@@ -697,16 +736,46 @@ mod tests {
         }
         for (task, expected) in [(first, vec!["one"]), (second, vec!["two", "two again"])] {
             let answer = task.await.expect("joined").expect("an answer");
-            let collected = answer.into_body().collect().await.expect("whole");
-            let trailers = collected.trailers().cloned().expect("trailers");
-            assert_eq!(trailers["grpc-status"], "0");
-            let mut messages = Messages::new(usize::MAX);
-            let mut out = Vec::new();
-            messages.push(collected.to_bytes(), &mut out).expect("frames");
-            let texts: Vec<Bytes> = out.into_iter().map(|m| pb::McpFrame::decode(m).expect("a frame").json).collect();
-            assert_eq!(texts, expected.iter().map(|t| Bytes::from(*t)).collect::<Vec<_>>());
+            assert_eq!(texts_of(answer).await, expected.iter().map(|t| Bytes::from(*t)).collect::<Vec<_>>());
         }
         assert!(pipes.try_recv().is_err(), "one pipe for both");
+    }
+
+    /// The frames' texts of a `Handle` answer that ended with `grpc-status: 0`.
+    async fn texts_of(answer: http::Response<tonic::body::Body>) -> Vec<Bytes> {
+        let collected = answer.into_body().collect().await.expect("whole");
+        assert_eq!(collected.trailers().expect("trailers")["grpc-status"], "0");
+        let mut out = Vec::new();
+        Messages::new(usize::MAX).push(collected.to_bytes(), &mut out).expect("frames");
+        out.into_iter().map(|m| pb::McpFrame::decode(m).expect("a frame").json).collect()
+    }
+
+    /// A connection told to go away (a draining proxy's `GOAWAY`) takes no new calls: the pipe
+    /// ends its side once it sees it, the call it had is answered as usual, and the next call
+    /// goes on a new connection's pipe.
+    #[tokio::test]
+    async fn a_connection_told_to_go_away_takes_no_new_calls() {
+        let (url, mut pipes) = pipe_server().await;
+        let link = Link::new(&url, Settings::default()).expect("a URL");
+        let waiting = spawn_call(&link, 1);
+        let mut served = pipes.recv().await.expect("one pipe");
+        let taken = next_call(&mut served).await;
+        served.goaway.notify_one();
+        let ended = tokio::time::timeout(GOAWAY_CHECK * 5, served.calls.recv()).await;
+        assert!(matches!(ended, Ok(None)), "the pipe ends its side within a few checks");
+        served.frames.send(Answer::Frame(frame(taken.call, "one", true))).expect("sent");
+        served.frames.send(Answer::End("0")).expect("sent");
+        let answer = waiting.await.expect("joined").expect("the call taken is answered");
+        assert_eq!(texts_of(answer).await, vec![Bytes::from("one")]);
+
+        let next = spawn_call(&link, 2);
+        let mut again =
+            tokio::time::timeout(Duration::from_secs(5), pipes.recv()).await.expect("in time").expect("a pipe");
+        assert_eq!((served.connection, again.connection), (1, 2), "a new connection");
+        let call = next_call(&mut again).await;
+        again.frames.send(Answer::Frame(frame(call.call, "two", true))).expect("sent");
+        let answer = next.await.expect("joined").expect("answered on the new connection");
+        assert_eq!(texts_of(answer).await, vec![Bytes::from("two")]);
     }
 
     /// A caller that goes away before its answer, or in the middle of it, cancels its call.
