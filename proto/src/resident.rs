@@ -97,25 +97,43 @@ fn read_only_mappings_of(smaps: &str, exe: &Path) -> Vec<Mapping> {
     for line in smaps.lines() {
         if let Some(anonymous) = line.strip_prefix("Anonymous:") {
             if in_chosen && let Some(last) = chosen.last_mut() {
-                last.clean = anonymous.trim().strip_suffix("kB").is_some_and(|kb| kb.trim() == "0");
+                last.clean = kib(anonymous) == Some(0);
             }
-            continue;
-        }
-        let mut fields = line.splitn(6, ' ');
-        let (Some(range), Some(perms)) = (fields.next(), fields.next()) else { continue };
-        let Some((start, end)) = range.split_once('-') else { continue };
-        let (Ok(start), Ok(end)) = (usize::from_str_radix(start, 16), usize::from_str_radix(end, 16)) else {
-            continue;
-        };
-        // A mapping's first line: chosen or not, the lines after it are its own.
-        let path = fields.nth(3).map(str::trim_start).unwrap_or_default();
-        in_chosen = !perms.contains('w') && Path::new(path) == exe && end > start;
-        if in_chosen {
-            // Clean only once its `Anonymous` line says so.
-            chosen.push(Mapping { start, len: end - start, clean: false });
+        } else if let Some(header) = MappingLine::parse(line) {
+            // A mapping's first line: chosen or not, the lines after it are its own.
+            in_chosen = !header.perms.contains('w') && Path::new(header.path) == exe && header.end > header.start;
+            if in_chosen {
+                // Clean only once its `Anonymous` line says so.
+                chosen.push(Mapping { start: header.start, len: header.end - header.start, clean: false });
+            }
         }
     }
     chosen
+}
+
+/// The first line of a mapping in `/proc/PID/smaps`: `start-end perms offset dev inode path`.
+struct MappingLine<'a> {
+    start: usize,
+    end: usize,
+    perms: &'a str,
+    path: &'a str,
+}
+
+impl<'a> MappingLine<'a> {
+    /// `None` for any other line (`Key: value`).
+    fn parse(line: &'a str) -> Option<Self> {
+        let mut fields = line.splitn(6, ' ');
+        let (range, perms) = (fields.next()?, fields.next()?);
+        let (start, end) = range.split_once('-')?;
+        let (start, end) = (usize::from_str_radix(start, 16).ok()?, usize::from_str_radix(end, 16).ok()?);
+        let path = fields.nth(3).map(str::trim_start).unwrap_or_default();
+        Some(MappingLine { start, end, perms, path })
+    }
+}
+
+/// A smaps value in kB (`   120 kB`).
+fn kib(value: &str) -> Option<u64> {
+    value.trim().strip_suffix("kB")?.trim().parse().ok()
 }
 
 #[cfg(test)]
@@ -213,11 +231,9 @@ Anonymous:           132 kB
         assert!(said.lines().map_while(Result::ok).any(|line| line == "holding"), "the other process maps the program");
         let clean = map_the_program_whole();
         let starts: Vec<usize> = clean.iter().map(|m| m.start).collect();
-        let before = resident_kib(&std::fs::read_to_string("/proc/self/smaps").expect("smaps"), &starts);
-        let mapped: usize = read_only_mappings_of(&std::fs::read_to_string("/proc/self/smaps").expect("smaps"), &exe)
-            .iter()
-            .map(|m| m.len)
-            .sum();
+        let smaps = std::fs::read_to_string("/proc/self/smaps").expect("smaps");
+        let before = resident_kib(&smaps, &starts);
+        let mapped: usize = read_only_mappings_of(&smaps, &exe).iter().map(|m| m.len).sum();
         let released = release_startup_code();
         let after = resident_kib(&std::fs::read_to_string("/proc/self/smaps").expect("smaps"), &starts);
         drop(other.stdin.take());
@@ -240,12 +256,10 @@ Anonymous:           132 kB
         for line in smaps.lines() {
             if let Some(rss) = line.strip_prefix("Rss:") {
                 if counted {
-                    total += rss.trim().trim_end_matches("kB").trim().parse::<u64>().expect("an Rss in kB");
+                    total += kib(rss).expect("an Rss in kB");
                 }
-            } else if let Some((start, _)) = line.split_once('-')
-                && let Ok(start) = usize::from_str_radix(start, 16)
-            {
-                counted = starts.contains(&start);
+            } else if let Some(header) = MappingLine::parse(line) {
+                counted = starts.contains(&header.start);
             }
         }
         total
