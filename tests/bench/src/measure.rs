@@ -76,10 +76,13 @@ pub struct Row {
 
 impl Row {
     /// What was measured, whatever the server: scenario, catalog size and concurrency.
-    pub fn point(&self) -> (Op, Era, usize, usize) {
+    pub fn point(&self) -> Point {
         (self.op, self.era, self.catalog, self.concurrency)
     }
 }
+
+/// What a measurement measured: scenario, era, catalog size and connections.
+pub type Point = (Op, Era, usize, usize);
 
 /// A full `tools/list` on one connection, page after page.
 #[derive(Clone, Debug, serde::Serialize)]
@@ -108,6 +111,8 @@ pub struct Results {
     pub rows: Vec<Row>,
     /// Every measurement of every round, when there was more than one round.
     pub every_round: Vec<Row>,
+    /// With several rounds, the platform's ratios to each reference round by round.
+    pub by_round: Vec<Paired>,
     pub listings: Vec<Listing>,
     pub failures: Vec<Failure>,
     /// Whether each measurement's peak memory is its own (`/proc/PID/clear_refs`).
@@ -160,7 +165,77 @@ impl Results {
             }
             self.rows.push(summary);
         }
+        let every = &all;
+        self.by_round = PAIRS
+            .into_iter()
+            .flat_map(|pair| {
+                let points: Vec<Point> = self.rows.iter().filter(|r| r.server == pair.0).map(Row::point).collect();
+                points.into_iter().filter_map(move |point| Paired::of(every, pair, point))
+            })
+            .collect();
+        self.by_round.sort_by_key(|p| (p.catalog, p.op, p.era, p.concurrency));
         self.every_round = all;
+    }
+}
+
+/// The pairs compared round by round: (the platform, what it is compared with).
+const PAIRS: [(Kind, Kind); 9] = [
+    (Kind::Microservices, Kind::Rmcp),
+    (Kind::Standalone, Kind::Rmcp),
+    (Kind::Microservices, Kind::BareHyper),
+    (Kind::Standalone, Kind::BareHyper),
+    (Kind::Microservices, Kind::TypescriptSdk),
+    (Kind::Microservices, Kind::PythonSdk),
+    (Kind::Standalone, Kind::TypescriptSdk),
+    (Kind::Standalone, Kind::PythonSdk),
+    (Kind::MicroservicesJwt, Kind::Microservices),
+];
+
+/// One pair's ratios in one scenario, round by round: `ours`' throughput and p99 over
+/// `theirs`' in the same round (seconds apart), for every round that measured both with
+/// correct answers, and their medians. Steadier than the ratio of the median rounds when the
+/// machine's pace moves between rounds: both measurements of a pair share their round's.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Paired {
+    pub ours: Kind,
+    pub theirs: Kind,
+    pub op: Op,
+    pub era: Era,
+    pub catalog: usize,
+    pub concurrency: usize,
+    pub req_per_s: Vec<f64>,
+    pub p99: Vec<f64>,
+    pub median_req_per_s: f64,
+    pub median_p99: f64,
+}
+
+impl Paired {
+    fn of(every_round: &[Row], (ours, theirs): (Kind, Kind), point: Point) -> Option<Paired> {
+        let (req_per_s, p99): (Vec<f64>, Vec<f64>) = every_round
+            .iter()
+            .filter(|a| a.server == ours && a.point() == point && a.ok > 0)
+            .filter_map(|a| {
+                let b = every_round.iter().find(|b| b.server == theirs && b.round == a.round && b.point() == point)?;
+                let usable = b.ok > 0 && b.req_per_s > 0.0 && b.p99_us > 0;
+                usable.then(|| (a.req_per_s / b.req_per_s, a.p99_us as f64 / b.p99_us as f64))
+            })
+            .unzip();
+        if req_per_s.is_empty() {
+            return None;
+        }
+        let (op, era, catalog, concurrency) = point;
+        Some(Paired {
+            ours,
+            theirs,
+            op,
+            era,
+            catalog,
+            concurrency,
+            median_req_per_s: median_f64(req_per_s.iter().copied()),
+            median_p99: median_f64(p99.iter().copied()),
+            req_per_s,
+            p99,
+        })
     }
 }
 
@@ -430,5 +505,75 @@ fn progress(r: &Row) {
     }
     if let Some(line) = r.warning_samples.last() {
         eprintln!("{:>13} last server warning: {line}", "");
+    }
+}
+
+/// A correct measurement of `tools/list` (5 tools) on `server` at `concurrency`, 1000
+/// req/s per connection, for tests.
+#[cfg(test)]
+pub(crate) fn test_row(server: Kind, concurrency: usize) -> Row {
+    Row {
+        round: 0,
+        rounds: 1,
+        server,
+        op: Op::List,
+        era: Era::Modern,
+        catalog: 5,
+        concurrency,
+        pages: 1,
+        ok: 100,
+        errors: 0,
+        error_kinds: Vec::new(),
+        elapsed_s: 1.0,
+        req_per_s: 1000.0 * concurrency as f64,
+        mean_us: 500.0,
+        p50_us: 400,
+        p99_us: 900,
+        p999_us: 1000,
+        max_us: 1200,
+        cpu_us_per_req: 10.0,
+        server_cpu_pct: 90.0,
+        loadgen_cpu_pct: 50.0,
+        other_cpu_pct: 0.0,
+        cpu_us_per_req_by_process: Vec::new(),
+        peak_rss_kib: Vec::new(),
+        server_warnings: 0,
+        warning_samples: Vec::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn round(server: Kind, round: usize, req_per_s: f64, p99_us: u64) -> Row {
+        Row { round, req_per_s, p99_us, ..test_row(server, 64) }
+    }
+
+    #[test]
+    fn the_ratios_pair_measurements_of_the_same_round() {
+        let mut results = Results {
+            rows: vec![
+                round(Kind::Microservices, 0, 200.0, 100),
+                round(Kind::Rmcp, 0, 100.0, 200),
+                round(Kind::Microservices, 1, 90.0, 300),
+                round(Kind::Rmcp, 1, 60.0, 100),
+                round(Kind::Microservices, 2, 300.0, 100),
+                // A round whose reference answered nothing pairs with nothing.
+                Row { ok: 0, ..round(Kind::Rmcp, 2, 0.0, 0) },
+                round(Kind::Standalone, 3, 500.0, 100),
+            ],
+            ..Default::default()
+        };
+        results.summarise();
+        let pairs: Vec<(Kind, Kind)> = results.by_round.iter().map(|p| (p.ours, p.theirs)).collect();
+        // Standalone was measured in a round without rmcp: no pair.
+        assert_eq!(pairs, [(Kind::Microservices, Kind::Rmcp)]);
+        let p = &results.by_round[0];
+        assert_eq!(p.req_per_s, [2.0, 1.5]);
+        assert_eq!(p.p99, [0.5, 3.0]);
+        // The lower median of an even count; the ratio of the median rounds would be 200 / 60.
+        assert_eq!((p.median_req_per_s, p.median_p99), (1.5, 0.5));
+        assert_eq!((p.op, p.era, p.catalog, p.concurrency), (Op::List, Era::Modern, 5, 64));
     }
 }

@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 
 use super::Environment;
 use crate::mcp::{Era, Op};
-use crate::measure::{Plan, Results, Row, median_f64};
+use crate::measure::{Plan, Results, Row};
 use crate::servers::Kind;
 
 /// CPU used by other processes (percent of one core) above which a measurement is disturbed.
@@ -198,8 +198,9 @@ fn rounds(s: &mut String, results: &Results) {
     let _ = writeln!(s, "## Rounds\n");
     let _ = writeln!(
         s,
-        "Spread: the fastest round's throughput over the slowest's, less one. `jwt ÷ microservices` is also given \
-         round by round (the two measurements of a pair are from the same round of the same level, seconds apart).\n"
+        "Spread: the fastest round's throughput over the slowest's, less one. The table after it gives the \
+         platform's ratios round by round (the two measurements of a pair are from the same round of the same \
+         level, seconds apart), and their median.\n"
     );
     let _ = writeln!(s, "| server | scenario | era | tools | conns | req/s by round | spread | CPU µs/req by round |");
     let _ = writeln!(s, "|---|---|---|--:|--:|---|--:|---|");
@@ -222,35 +223,35 @@ fn rounds(s: &mut String, results: &Results) {
             cpu.join(", ")
         );
     }
-    let jwt: Vec<&Row> = results.every_round.iter().filter(|r| r.server == Kind::MicroservicesJwt).collect();
-    if !jwt.is_empty() {
-        let _ = writeln!(s, "\n| scenario | era | conns | jwt ÷ microservices by round (req/s) | median |");
-        let _ = writeln!(s, "|---|---|--:|---|--:|");
-        for j in results.rows.iter().filter(|r| r.server == Kind::MicroservicesJwt) {
-            let ratios: Vec<f64> =
-                jwt.iter()
-                    .filter(|r| r.point() == j.point())
-                    .filter_map(|r| {
-                        let m = results.every_round.iter().find(|m| {
-                            m.server == Kind::Microservices && m.round == r.round && m.point() == r.point()
-                        })?;
-                        (m.req_per_s > 0.0).then(|| r.req_per_s / m.req_per_s)
-                    })
-                    .collect();
-            let listed: Vec<String> = ratios.iter().map(|x| format!("{x:.2}")).collect();
-            let median =
-                if ratios.is_empty() { "–".to_owned() } else { format!("{:.2}", median_f64(ratios.into_iter())) };
-            let _ = writeln!(
-                s,
-                "| {} | {} | {} | {} | {median} |",
-                j.op.label(),
-                j.era.version(),
-                j.concurrency,
-                listed.join(", ")
-            );
-        }
-    }
+    paired(s, results);
     s.push('\n');
+}
+
+/// The platform's ratios round by round, with their medians (`Results::by_round`).
+fn paired(s: &mut String, results: &Results) {
+    if results.by_round.is_empty() {
+        return;
+    }
+    let _ =
+        writeln!(s, "\n| scenario | era | tools | conns | ratio | req/s by round | median | p99 by round | median |");
+    let _ = writeln!(s, "|---|---|--:|--:|---|---|--:|---|--:|");
+    let listed = |v: &[f64]| v.iter().map(|x| format!("{x:.2}")).collect::<Vec<_>>().join(", ");
+    for p in &results.by_round {
+        let _ = writeln!(
+            s,
+            "| {} | {} | {} | {} | {} ÷ {} | {} | {:.2} | {} | {:.2} |",
+            p.op.label(),
+            p.era.version(),
+            p.catalog,
+            p.concurrency,
+            p.ours.name(),
+            p.theirs.name(),
+            listed(&p.req_per_s),
+            p.median_req_per_s,
+            listed(&p.p99),
+            p.median_p99
+        );
+    }
 }
 
 fn all_rows(s: &mut String, results: &Results) {

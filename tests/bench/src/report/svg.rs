@@ -149,37 +149,7 @@ fn escape(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn row(server: Kind, concurrency: usize) -> Row {
-        Row {
-            round: 0,
-            rounds: 1,
-            server,
-            op: Op::List,
-            era: Era::Modern,
-            catalog: 5,
-            concurrency,
-            pages: 1,
-            ok: 100,
-            errors: 0,
-            error_kinds: Vec::new(),
-            elapsed_s: 1.0,
-            req_per_s: 1000.0 * concurrency as f64,
-            mean_us: 500.0,
-            p50_us: 400,
-            p99_us: 900,
-            p999_us: 1000,
-            max_us: 1200,
-            cpu_us_per_req: 10.0,
-            server_cpu_pct: 90.0,
-            loadgen_cpu_pct: 50.0,
-            other_cpu_pct: 0.0,
-            cpu_us_per_req_by_process: Vec::new(),
-            peak_rss_kib: Vec::new(),
-            server_warnings: 0,
-            warning_samples: Vec::new(),
-        }
-    }
+    use crate::measure::test_row;
 
     /// The legend's entries: (x of the text, its line's y, the name).
     fn legend(svg: &str) -> Vec<(f64, f64, String)> {
@@ -199,7 +169,7 @@ mod tests {
 
     #[test]
     fn the_legend_names_the_servers_measured_within_the_chart() {
-        let every: Vec<Row> = Kind::ALL.into_iter().flat_map(|k| [row(k, 1), row(k, 64)]).collect();
+        let every: Vec<Row> = Kind::ALL.into_iter().flat_map(|k| [test_row(k, 1), test_row(k, 64)]).collect();
         let svg = render(&every, &[1, 64]);
         let entries = legend(&svg);
         assert_eq!(entries.iter().map(|e| e.2.as_str()).collect::<Vec<_>>(), Kind::ALL.map(Kind::name));
@@ -216,9 +186,10 @@ mod tests {
         assert!(title_y > last_line + 10.0, "title at {title_y}, legend to {last_line}");
 
         // Only what was measured, with a correct answer, is named.
-        let mut failed = row(Kind::Standalone, 64);
+        let mut failed = test_row(Kind::Standalone, 64);
         failed.ok = 0;
-        let two: Vec<Row> = [Kind::Rmcp, Kind::Microservices].into_iter().map(|k| row(k, 64)).chain([failed]).collect();
+        let two: Vec<Row> =
+            [Kind::Rmcp, Kind::Microservices].into_iter().map(|k| test_row(k, 64)).chain([failed]).collect();
         let names: Vec<String> = legend(&render(&two, &[64])).into_iter().map(|e| e.2).collect();
         assert_eq!(names, ["rmcp", "microservices"]);
     }
