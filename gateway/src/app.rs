@@ -1,6 +1,7 @@
 //! The HTTP stack: routes, the tower-http layers around them, and the `/mcp` handler that runs
 //! the edge checks in the specification's order before forwarding.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -159,7 +160,7 @@ async fn mcp_get(
         Ok(p) => p,
         Err(challenge) => return challenge,
     };
-    let session_id = header_str(&headers, mcp_proto::vocab::header::SESSION_ID);
+    let session_id = header_str(&headers, &headers::SESSION_ID);
     if session_id.is_empty() {
         return method_not_allowed().await;
     }
@@ -172,7 +173,7 @@ async fn mcp_get(
         Err(refused) => return refused.into_response(),
     };
     let principal = principal.map(Arc::unwrap_or_clone);
-    let request = pb::ListenRequest { session_id, principal, request_id: header_str(&headers, "x-request-id") };
+    let request = pb::ListenRequest { session_id, principal, request_id: header_str(&headers, &REQUEST_ID) };
     gw.limits.hold_stream(stream, forward::listen(gw.mcp.clone(), request).await)
 }
 
@@ -189,7 +190,7 @@ async fn mcp_delete(
         Ok(p) => p,
         Err(challenge) => return challenge,
     };
-    let session_id = header_str(&headers, mcp_proto::vocab::header::SESSION_ID);
+    let session_id = header_str(&headers, &headers::SESSION_ID);
     if session_id.is_empty() {
         return rpc_error(
             StatusCode::BAD_REQUEST,
@@ -311,8 +312,7 @@ async fn mcp_post(
                     // revision's (a session that is not is left for mcp-service to refuse, or
                     // to answer as live: then it is learnt).
                     Era::Legacy if gw.cache.session_list(method) => {
-                        let session_id =
-                            headers.get(mcp_proto::vocab::header::SESSION_ID).and_then(crate::headers::text);
+                        let session_id = headers.get(&headers::SESSION_ID).and_then(crate::headers::text);
                         match (gw.sessions.as_deref(), session_id) {
                             (Some(sessions), Some(session_id)) => match sessions.live_revision(session_id) {
                                 Some(revision) => Some(gw.cache.session_list_key(method, revision, version, params)),
@@ -371,11 +371,11 @@ async fn mcp_post(
     let request = pb::McpRequest {
         body: body.clone(),
         era: pb::Era::from(era) as i32,
-        header_version: header_version.unwrap_or_default(),
+        header_version: header_version.map(Cow::into_owned).unwrap_or_default(),
         principal: principal.map(Arc::unwrap_or_clone),
         transport: pb::Transport::StreamableHttp as i32,
-        session_id: header_str(&headers, mcp_proto::vocab::header::SESSION_ID),
-        request_id: header_str(&headers, "x-request-id"),
+        session_id: header_str(&headers, &headers::SESSION_ID),
+        request_id: header_str(&headers, &REQUEST_ID),
         accepts_stream: accepts.stream,
         param_headers: param_headers(&headers),
         if_tag: named.as_ref().map(|(tag, _)| tag.clone()).unwrap_or_default(),
@@ -477,7 +477,7 @@ fn param_headers(headers: &HeaderMap) -> std::collections::HashMap<String, Strin
         .collect()
 }
 
-fn header_str(headers: &HeaderMap, name: &str) -> String {
+fn header_str(headers: &HeaderMap, name: &HeaderName) -> String {
     headers.get(name).and_then(crate::headers::text).unwrap_or_default().to_owned()
 }
 

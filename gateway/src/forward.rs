@@ -68,7 +68,7 @@ fn final_response(frame: pb::McpFrame) -> Response {
     if let Ok(v) = HeaderValue::from_str(&frame.session_id)
         && !frame.session_id.is_empty()
     {
-        resp.headers_mut().insert(mcp_proto::vocab::header::SESSION_ID, v);
+        resp.headers_mut().insert(crate::headers::SESSION_ID, v);
     }
     resp
 }

@@ -1,11 +1,19 @@
 //! Pure checks over request headers: DNS-rebinding protection (`Host`, `Origin`), content
 //! negotiation, and the 2026-07-28 routing headers against the body.
 
+use std::borrow::Cow;
+
 use http::header::{ACCEPT, CONTENT_TYPE, HOST, ORIGIN};
-use http::{HeaderMap, HeaderValue};
+use http::{HeaderMap, HeaderName, HeaderValue};
 use mcp_proto::envelope::Envelope;
 use mcp_proto::header_codec;
 use mcp_proto::vocab::header;
+
+/// The routing headers' names, made once (a lookup by `&str` parses the name each time).
+pub const PROTOCOL_VERSION: HeaderName = HeaderName::from_static(header::PROTOCOL_VERSION);
+pub const METHOD: HeaderName = HeaderName::from_static(header::METHOD);
+pub const NAME: HeaderName = HeaderName::from_static(header::NAME);
+pub const SESSION_ID: HeaderName = HeaderName::from_static(header::SESSION_ID);
 
 /// Which `Host` and `Origin` values a request may carry.
 #[derive(Debug, Clone, Default)]
@@ -32,10 +40,12 @@ pub enum Refusal {
 }
 
 fn is_loopback_host(host: &str) -> bool {
+    const SUBDOMAIN: &str = ".localhost";
     let host = host.trim_end_matches('.');
-    host.eq_ignore_ascii_case("localhost")
-        || host.to_ascii_lowercase().ends_with(".localhost")
-        || host.parse::<std::net::Ipv4Addr>().is_ok_and(|ip| ip.is_loopback())
+    host.parse::<std::net::Ipv4Addr>().is_ok_and(|ip| ip.is_loopback())
+        || host.eq_ignore_ascii_case("localhost")
+        || (host.len() > SUBDOMAIN.len()
+            && host.get(host.len() - SUBDOMAIN.len()..).is_some_and(|end| end.eq_ignore_ascii_case(SUBDOMAIN)))
         || host == "[::1]"
         || host == "::1"
 }
@@ -126,30 +136,40 @@ pub struct Accepts {
 }
 
 pub fn accepts(headers: &HeaderMap) -> Result<Accepts, Refusal> {
-    let values: Vec<&str> = headers.get_all(ACCEPT).iter().filter_map(|v| v.to_str().ok()).collect();
-    if values.is_empty() {
+    let mut values = headers.get_all(ACCEPT).iter().filter(|v| v.to_str().is_ok()).peekable();
+    if values.peek().is_none() {
         return Ok(Accepts { json: true, stream: true });
     }
     let mut acc = Accepts { json: false, stream: false };
-    for range in values.iter().flat_map(|v| v.split(',')) {
-        let mut parts = range.split(';');
-        let media = parts.next().unwrap_or_default().trim().to_ascii_lowercase();
+    for range in values.flat_map(|v| v.as_bytes().split(|&b| b == b',')) {
+        let mut parts = range.split(|&b| b == b';');
+        let media = parts.next().unwrap_or_default().trim_ascii();
         // `q=0` means "not acceptable".
-        if parts.any(|p| p.trim().replace(' ', "").trim_start_matches("q=").parse::<f32>() == Ok(0.0)) {
+        if parts.any(refuses) {
             continue;
         }
-        match media.as_str() {
-            "*/*" => acc = Accepts { json: true, stream: true },
-            "application/*" | "application/json" => acc.json = true,
-            "text/*" | "text/event-stream" => acc.stream = true,
-            _ => {}
+        let is = |name: &[u8]| media.eq_ignore_ascii_case(name);
+        if is(b"*/*") {
+            acc = Accepts { json: true, stream: true };
+        } else if is(b"application/*") || is(b"application/json") {
+            acc.json = true;
+        } else if is(b"text/*") || is(b"text/event-stream") {
+            acc.stream = true;
         }
     }
     if acc.json || acc.stream { Ok(acc) } else { Err(Refusal::NotAcceptable) }
 }
 
+/// Whether a media range's parameter is a quality of zero (`q=0`, `Q = 0.000`: "not
+/// acceptable").
+fn refuses(parameter: &[u8]) -> bool {
+    let Some(eq) = parameter.iter().position(|&b| b == b'=') else { return false };
+    let (name, value) = (parameter[..eq].trim_ascii(), parameter[eq + 1..].trim_ascii());
+    name.eq_ignore_ascii_case(b"q") && std::str::from_utf8(value).is_ok_and(|v| v.parse::<f32>() == Ok(0.0))
+}
+
 /// The single value of a header: absent is `None`; repeated or undecodable is a mismatch.
-fn single<'h>(headers: &'h HeaderMap, name: &str) -> Result<Option<&'h http::HeaderValue>, Refusal> {
+fn single<'h>(headers: &'h HeaderMap, name: &HeaderName) -> Result<Option<&'h http::HeaderValue>, Refusal> {
     let mut all = headers.get_all(name).iter();
     let first = all.next();
     if all.next().is_some() {
@@ -159,8 +179,8 @@ fn single<'h>(headers: &'h HeaderMap, name: &str) -> Result<Option<&'h http::Hea
 }
 
 /// The `MCP-Protocol-Version` value, trimmed; `Err` when repeated or not visible ASCII.
-pub fn protocol_version(headers: &HeaderMap) -> Result<Option<String>, Refusal> {
-    match single(headers, header::PROTOCOL_VERSION)? {
+pub fn protocol_version(headers: &HeaderMap) -> Result<Option<Cow<'_, str>>, Refusal> {
+    match single(headers, &PROTOCOL_VERSION)? {
         None => Ok(None),
         Some(v) => header_codec::decode(v.as_bytes())
             .map(Some)
@@ -181,7 +201,7 @@ pub fn check_modern_headers(headers: &HeaderMap, env: &Envelope<'_>, version: Op
         }
         _ => {}
     }
-    let method = single(headers, header::METHOD)?
+    let method = single(headers, &METHOD)?
         .map(|v| header_codec::decode(v.as_bytes()).map_err(|e| mismatch(format!("Mcp-Method {e}"))))
         .transpose()?;
     match method {
@@ -194,7 +214,7 @@ pub fn check_modern_headers(headers: &HeaderMap, env: &Envelope<'_>, version: Op
         _ => {}
     }
     if let Some(target) = env.name_target() {
-        let name = single(headers, header::NAME)?
+        let name = single(headers, &NAME)?
             .map(|v| header_codec::decode(v.as_bytes()).map_err(|e| mismatch(format!("Mcp-Name {e}"))))
             .transpose()?;
         match (name, target.value) {
@@ -295,6 +315,40 @@ mod tests {
         assert_eq!(accepts(&headers(&[("accept", "*/*")])), Ok(Accepts { json: true, stream: true }));
         assert_eq!(accepts(&headers(&[("accept", "text/html")])), Err(Refusal::NotAcceptable));
         assert_eq!(accepts(&headers(&[("accept", "application/json;q=0, text/html")])), Err(Refusal::NotAcceptable));
+        // Media types and parameter names are case-insensitive; spaces around `=` are allowed.
+        assert_eq!(
+            accepts(&headers(&[("accept", "Application/JSON ; Q = 0.000, TEXT/Event-Stream;charset=utf-8")])),
+            Ok(Accepts { json: false, stream: true })
+        );
+        // Only a quality of zero refuses; other parameters and qualities do not.
+        assert_eq!(
+            accepts(&headers(&[("accept", "application/json;q=0.5;level=0, text/event-stream;q=0")])),
+            Ok(Accepts { json: true, stream: false })
+        );
+        assert_eq!(accepts(&headers(&[("accept", "text/*;q=1")])), Ok(Accepts { json: false, stream: true }));
+        assert_eq!(accepts(&headers(&[("accept", "application/*")])), Ok(Accepts { json: true, stream: false }));
+        // Repeated headers count together.
+        assert_eq!(
+            accepts(&headers(&[("accept", "text/html"), ("accept", "text/event-stream")])),
+            Ok(Accepts { json: false, stream: true })
+        );
+        assert_eq!(accepts(&headers(&[("accept", "*/*;q=0")])), Err(Refusal::NotAcceptable));
+    }
+
+    #[test]
+    fn loopback_host_names() {
+        for host in
+            ["localhost", "LOCALHOST", "localhost.", "app.localhost", "a.b.LocalHost.", "127.0.0.1", "127.9.9.9"]
+        {
+            assert!(is_loopback_host(host), "{host}");
+        }
+        for host in ["[::1]", "::1"] {
+            assert!(is_loopback_host(host), "{host}");
+        }
+        for host in [".localhost", "localhost.example.com", "notlocalhost", "10.0.0.1", "example.com", "", "xlocalhost"]
+        {
+            assert!(!is_loopback_host(host), "{host}");
+        }
     }
 
     #[test]

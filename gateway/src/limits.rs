@@ -183,7 +183,7 @@ pub fn header_refusal(req: &Request, max_header_bytes: usize) -> Option<Response
         ));
     }
     if req.uri().path() == "/mcp" {
-        for name in [mcp_proto::vocab::header::SESSION_ID, header::AUTHORIZATION.as_str()] {
+        for name in [&crate::headers::SESSION_ID, &header::AUTHORIZATION] {
             let mut values = req.headers().get_all(name).iter();
             let first = values.next();
             let problem = if values.next().is_some() {

@@ -1,6 +1,8 @@
 //! The Base64 sentinel of the Streamable HTTP transport: a header value that cannot travel as
 //! plain header text is sent as `=?base64?{BASE64(UTF-8)}?=`.
 
+use std::borrow::Cow;
+
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 
@@ -29,8 +31,8 @@ impl std::fmt::Display for DecodeError {
 }
 
 /// Decode a raw header value: surrounding whitespace trimmed, then the sentinel (if present)
-/// decoded. Plain values must be visible ASCII, space or tab.
-pub fn decode(raw: &[u8]) -> Result<String, DecodeError> {
+/// decoded. Plain values must be visible ASCII, space or tab; they are borrowed from `raw`.
+pub fn decode(raw: &[u8]) -> Result<Cow<'_, str>, DecodeError> {
     if !raw.iter().all(|&b| b == b' ' || b == b'\t' || (0x21..=0x7e).contains(&b)) {
         return Err(DecodeError::InvalidCharacters);
     }
@@ -40,9 +42,9 @@ pub fn decode(raw: &[u8]) -> Result<String, DecodeError> {
     match text.strip_prefix(PREFIX).and_then(|t| t.strip_suffix(SUFFIX)) {
         Some(payload) => {
             let bytes = STANDARD.decode(payload).map_err(|_| DecodeError::InvalidBase64)?;
-            String::from_utf8(bytes).map_err(|_| DecodeError::InvalidUtf8)
+            String::from_utf8(bytes).map(Cow::Owned).map_err(|_| DecodeError::InvalidUtf8)
         }
-        None => Ok(text.to_owned()),
+        None => Ok(Cow::Borrowed(text)),
     }
 }
 
