@@ -45,8 +45,8 @@ pub struct Envelope<'a> {
     /// `params.name` or `params.uri` when it is a string.
     pub name: Option<Cow<'a, str>>,
     pub uri: Option<Cow<'a, str>>,
-    /// The raw `params._meta`, if it is an object.
-    pub meta: Option<&'a RawValue>,
+    /// Whether `params._meta` is an object.
+    pub meta: bool,
     /// The raw value of `_meta["io.modelcontextprotocol/protocolVersion"]`, if the key is present.
     pub meta_version: Option<&'a RawValue>,
     /// Whether `_meta["io.modelcontextprotocol/clientCapabilities"]` is present.
@@ -91,23 +91,93 @@ struct ParamsPeek<'a> {
     name: Option<&'a RawValue>,
     #[serde(default, borrow, deserialize_with = "keep_null")]
     uri: Option<&'a RawValue>,
-    #[serde(default, borrow, rename = "_meta", deserialize_with = "keep_null")]
-    meta: Option<&'a RawValue>,
+    #[serde(default, borrow, rename = "_meta")]
+    meta: Option<MetaPeek<'a>>,
 }
 
-#[derive(Deserialize)]
+/// `params._meta`, read in the same pass as `params`: whether it is an object, and the two
+/// keys a modern request must carry (a key given twice is refused, as for `params`' own).
+#[derive(Default)]
 struct MetaPeek<'a> {
-    #[serde(default, borrow, rename = "io.modelcontextprotocol/protocolVersion", deserialize_with = "keep_null")]
+    object: bool,
     version: Option<&'a RawValue>,
-    #[serde(default, borrow, rename = "io.modelcontextprotocol/clientCapabilities", deserialize_with = "keep_null")]
-    capabilities: Option<&'a RawValue>,
+    capabilities: bool,
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for MetaPeek<'a> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(MetaVisitor(std::marker::PhantomData))
+    }
+}
+
+struct MetaVisitor<'a>(std::marker::PhantomData<&'a ()>);
+
+impl<'de: 'a, 'a> serde::de::Visitor<'de> for MetaVisitor<'a> {
+    type Value = MetaPeek<'a>;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("any JSON value")
+    }
+
+    // Anything but an object is no `_meta` (a modern request is then refused for lacking it).
+    fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
+        Ok(MetaPeek::default())
+    }
+    fn visit_i64<E>(self, _: i64) -> Result<Self::Value, E> {
+        Ok(MetaPeek::default())
+    }
+    fn visit_u64<E>(self, _: u64) -> Result<Self::Value, E> {
+        Ok(MetaPeek::default())
+    }
+    fn visit_f64<E>(self, _: f64) -> Result<Self::Value, E> {
+        Ok(MetaPeek::default())
+    }
+    fn visit_str<E>(self, _: &str) -> Result<Self::Value, E> {
+        Ok(MetaPeek::default())
+    }
+    fn visit_unit<E>(self) -> Result<Self::Value, E> {
+        Ok(MetaPeek::default())
+    }
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+        while seq.next_element::<serde::de::IgnoredAny>()?.is_some() {}
+        Ok(MetaPeek::default())
+    }
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        use serde::de::Error as _;
+        let mut peek = MetaPeek { object: true, ..MetaPeek::default() };
+        let mut seen_capabilities = false;
+        while let Some(key) = map.next_key::<Cow<'de, str>>()? {
+            match key.as_ref() {
+                meta::PROTOCOL_VERSION => {
+                    if peek.version.is_some() {
+                        return Err(A::Error::duplicate_field(meta::PROTOCOL_VERSION));
+                    }
+                    peek.version = Some(map.next_value::<&'de RawValue>()?);
+                }
+                meta::CLIENT_CAPABILITIES => {
+                    if seen_capabilities {
+                        return Err(A::Error::duplicate_field(meta::CLIENT_CAPABILITIES));
+                    }
+                    seen_capabilities = true;
+                    map.next_value::<serde::de::IgnoredAny>()?;
+                }
+                _ => {
+                    map.next_value::<serde::de::IgnoredAny>()?;
+                }
+            }
+        }
+        peek.capabilities = seen_capabilities;
+        Ok(peek)
+    }
 }
 
 /// The string inside a raw JSON string value, `None` for any other JSON type.
 pub fn raw_str(raw: &RawValue) -> Option<Cow<'_, str>> {
     let s = raw.get();
-    if !s.starts_with('"') {
-        return None;
+    let inner = s.strip_prefix('"')?.strip_suffix('"')?;
+    // A raw value is valid JSON: a string without escapes is its own text.
+    if !inner.contains('\\') {
+        return Some(Cow::Borrowed(inner));
     }
     serde_json::from_str::<Cow<'_, str>>(s).ok()
 }
@@ -249,7 +319,7 @@ pub fn parse_message(raw: &str) -> Result<Envelope<'_>, EnvelopeError> {
         params: msg.params,
         name: None,
         uri: None,
-        meta: None,
+        meta: false,
         meta_version: None,
         meta_has_capabilities: false,
     };
@@ -264,12 +334,10 @@ pub fn parse_message(raw: &str) -> Result<Envelope<'_>, EnvelopeError> {
                 .map_err(|e| invalid(&format!("malformed `params`: {e}")))?;
             env.name = peek.name.and_then(raw_str);
             env.uri = peek.uri.and_then(raw_str);
-            if let Some(meta_raw) = peek.meta.filter(|m| is_object(m)) {
-                env.meta = Some(meta_raw);
-                let m = serde_json::from_str::<MetaPeek<'_>>(meta_raw.get())
-                    .map_err(|e| invalid(&format!("malformed `params._meta`: {e}")))?;
-                env.meta_version = m.version;
-                env.meta_has_capabilities = m.capabilities.is_some();
+            if let Some(meta) = peek.meta.filter(|m| m.object) {
+                env.meta = true;
+                env.meta_version = meta.version;
+                env.meta_has_capabilities = meta.capabilities;
             }
         }
     }
@@ -305,7 +373,7 @@ impl Envelope<'_> {
 
     /// The first reason a modern request's `_meta` lacks a required field (-32602), if any.
     pub fn missing_modern_meta(&self) -> Option<&'static str> {
-        if self.meta.is_none() {
+        if !self.meta {
             return Some("missing params._meta (required by protocol revision 2026-07-28)");
         }
         match self.meta_version {
@@ -335,6 +403,24 @@ pub const REQUIRED_MODERN_META: [&str; 2] = [meta::PROTOCOL_VERSION, meta::CLIEN
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn raw_strings_read_as_json_strings() {
+        let raw = |json: &str| RawValue::from_string(json.to_owned()).expect("JSON");
+        for json in
+            [r#""""#, r#""tools/list""#, r#""a \"quoted\" name""#, r#""\u00e9t\u00e9 \ud83d\ude00""#, r#""café""#]
+        {
+            let expected: String = serde_json::from_str(json).expect("a string");
+            let value = raw(json);
+            let read = raw_str(&value).expect("read");
+            assert_eq!(read, expected, "{json}");
+            // Only a string with escapes is copied.
+            assert_eq!(matches!(read, Cow::Borrowed(_)), !json.contains('\\'), "{json}");
+        }
+        for json in ["1", "null", "true", "{}", r#"["a"]"#] {
+            assert!(raw_str(&raw(json)).is_none(), "{json}");
+        }
+    }
 
     fn single(s: &str) -> Envelope<'_> {
         match parse_body(s.as_bytes()).expect("parses") {
@@ -382,6 +468,26 @@ mod tests {
         assert_eq!(e.body_era(), Era::Legacy);
         let e = single(r#"{"jsonrpc":"2.0","id":2,"method":"tools/list","params":{"_meta":"nope"}}"#);
         assert_eq!(e.body_era(), Era::Legacy);
+        // `_meta` that is not an object is no `_meta`, whatever it holds.
+        for meta in [
+            "null",
+            "1",
+            "-2",
+            "1.5",
+            "true",
+            r#""io.modelcontextprotocol/protocolVersion""#,
+            r#"[{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}]"#,
+        ] {
+            let body = format!(r#"{{"jsonrpc":"2.0","id":2,"method":"tools/list","params":{{"_meta":{meta}}}}}"#);
+            let e = single(&body);
+            assert_eq!(e.body_era(), Era::Legacy, "{meta}");
+            assert!(e.missing_modern_meta().expect("no _meta").contains("missing params._meta"), "{meta}");
+        }
+        // Keys are compared decoded.
+        let e = single(
+            r#"{"jsonrpc":"2.0","id":2,"method":"tools/list","params":{"_meta":{"io.modelcontextprotocol\/protocolVersion":"2026-07-28","io.modelcontextprotocol/client\u0043apabilities":{}}}}"#,
+        );
+        assert_eq!((e.body_era(), e.missing_modern_meta()), (Era::Modern, None));
     }
 
     #[test]
@@ -452,6 +558,7 @@ mod tests {
             r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"a","name":"b"}}"#,
             r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"_meta":{},"_meta":{}}}"#,
             r#"{"jsonrpc":"2.0","id":1,"method":"x","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"a","io.modelcontextprotocol/protocolVersion":"b"}}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"x","params":{"_meta":{"io.modelcontextprotocol/clientCapabilities":{},"io.modelcontextprotocol\/clientCapabilities":1}}}"#,
         ] {
             assert!(matches!(parse_body(bad.as_bytes()), Err(EnvelopeError::Invalid { .. })), "{bad}");
         }
