@@ -112,6 +112,35 @@ impl<'de: 'a, 'a> Deserialize<'de> for MetaPeek<'a> {
 
 struct MetaVisitor<'a>(std::marker::PhantomData<&'a ()>);
 
+/// A key of `_meta`, compared as it is read (decoded when escaped), without a copy.
+enum MetaKey {
+    Version,
+    Capabilities,
+    Other,
+}
+
+impl<'de> Deserialize<'de> for MetaKey {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct KeyVisitor;
+        impl serde::de::Visitor<'_> for KeyVisitor {
+            type Value = MetaKey;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a key")
+            }
+
+            fn visit_str<E>(self, key: &str) -> Result<MetaKey, E> {
+                Ok(match key {
+                    meta::PROTOCOL_VERSION => MetaKey::Version,
+                    meta::CLIENT_CAPABILITIES => MetaKey::Capabilities,
+                    _ => MetaKey::Other,
+                })
+            }
+        }
+        d.deserialize_str(KeyVisitor)
+    }
+}
+
 impl<'de: 'a, 'a> serde::de::Visitor<'de> for MetaVisitor<'a> {
     type Value = MetaPeek<'a>;
 
@@ -146,22 +175,22 @@ impl<'de: 'a, 'a> serde::de::Visitor<'de> for MetaVisitor<'a> {
         use serde::de::Error as _;
         let mut peek = MetaPeek { object: true, ..MetaPeek::default() };
         let mut seen_capabilities = false;
-        while let Some(key) = map.next_key::<Cow<'de, str>>()? {
-            match key.as_ref() {
-                meta::PROTOCOL_VERSION => {
+        while let Some(key) = map.next_key::<MetaKey>()? {
+            match key {
+                MetaKey::Version => {
                     if peek.version.is_some() {
                         return Err(A::Error::duplicate_field(meta::PROTOCOL_VERSION));
                     }
                     peek.version = Some(map.next_value::<&'de RawValue>()?);
                 }
-                meta::CLIENT_CAPABILITIES => {
+                MetaKey::Capabilities => {
                     if seen_capabilities {
                         return Err(A::Error::duplicate_field(meta::CLIENT_CAPABILITIES));
                     }
                     seen_capabilities = true;
                     map.next_value::<serde::de::IgnoredAny>()?;
                 }
-                _ => {
+                MetaKey::Other => {
                     map.next_value::<serde::de::IgnoredAny>()?;
                 }
             }
