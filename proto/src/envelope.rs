@@ -278,7 +278,14 @@ impl<'de> serde::de::Visitor<'de> for Probe {
 /// Not UTF-8, not JSON, nested deeper than 128 levels or carrying a number beyond `f64`: a
 /// parse error (-32700). A leading byte order mark is ignored (RFC 8259 §8.1).
 pub fn parse_body(body: &[u8]) -> Result<Body<'_>, EnvelopeError> {
-    parse(body, true)
+    parse(body, Probing::WhenNeeded)
+}
+
+/// [`parse_body`] with the probe run on every body, not only on those [`needs_probe`] picks:
+/// the reference the fuzz target holds `parse_body` to (the same answer for any bytes).
+#[doc(hidden)]
+pub fn parse_body_always_probed(body: &[u8]) -> Result<Body<'_>, EnvelopeError> {
+    parse(body, Probing::Always)
 }
 
 /// [`parse_body`] for a body the HTTP edge has parsed with it already, and so probed: mcp-service
@@ -287,21 +294,135 @@ pub fn parse_body(body: &[u8]) -> Result<Body<'_>, EnvelopeError> {
 /// its limit), and bad JSON is still refused: a single message as an invalid one (-32600)
 /// rather than a parse error, a batch or a body that is not UTF-8 as a parse error.
 pub fn parse_checked_body(body: &[u8]) -> Result<Body<'_>, EnvelopeError> {
-    parse(body, false)
+    parse(body, Probing::Never)
 }
 
-fn parse(body: &[u8], probe: bool) -> Result<Body<'_>, EnvelopeError> {
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Probing {
+    Always,
+    /// Before the parse when [`needs_probe`] says so; otherwise only after a failed parse, to
+    /// tell bad JSON (a parse error) from a bad message.
+    WhenNeeded,
+    Never,
+}
+
+/// Whether a body might fail the [`Probe`] even though it is valid JSON: nested deeper than 64
+/// levels, a number with an exponent or a run of more than 20 digits (which might not fit an
+/// `f64`), or an escape in a string (a lone surrogate escape fails the probe's read of a string
+/// but not a borrowing parse's skip). Any other valid JSON passes the probe, so for it the probe
+/// can wait: invalid JSON fails the parse that follows, and is probed then. Far cheaper than the
+/// probe's pass through serde.
+fn needs_probe(text: &str) -> bool {
+    let bytes = text.as_bytes();
+    if bytes.len() < SHORT {
+        // Too short to nest 128 levels deep (valid JSON closes what it opens) or to write an
+        // integer beyond `f64` (309 digits): only an escape or an exponent can fail the probe.
+        // (An `e` after a digit inside a string sends a body to the probe for nothing.)
+        return memchr::memchr(b'\\', bytes).is_some()
+            || memchr::memchr2_iter(b'e', b'E', bytes).any(|at| at > 0 && bytes[at - 1].is_ascii_digit());
+    }
+    const DEEPEST: u32 = 64;
+    let (mut depth, mut digits, mut next) = (0u32, 0u32, 0usize);
+    while let Some(&b) = bytes.get(next) {
+        next += 1;
+        match OUTSIDE[usize::from(b)] {
+            Class::Other => {}
+            Class::Digit => {
+                digits += 1;
+                if digits > 20 {
+                    return true;
+                }
+                continue;
+            }
+            // An exponent follows a digit; the `e` of `true` and `false` does not.
+            Class::Exponent if digits > 0 => return true,
+            Class::Exponent => {}
+            // On to the closing quote; an escape, or no end, sends the body to the probe.
+            Class::Quote => loop {
+                match bytes.get(next) {
+                    Some(b'"') => {
+                        next += 1;
+                        break;
+                    }
+                    Some(b'\\') | None => return true,
+                    Some(_) => next += 1,
+                }
+            },
+            Class::Open => {
+                depth += 1;
+                if depth > DEEPEST {
+                    return true;
+                }
+            }
+            Class::Close => depth = depth.saturating_sub(1),
+        }
+        digits = 0;
+    }
+    false
+}
+
+/// Bodies shorter than this are looked over by [`needs_probe`] without following their
+/// structure.
+const SHORT: usize = 256;
+
+/// What [`needs_probe`] makes of a byte outside strings.
+#[derive(Clone, Copy)]
+enum Class {
+    Other,
+    Digit,
+    Exponent,
+    Quote,
+    Open,
+    Close,
+}
+
+const OUTSIDE: [Class; 256] = {
+    let mut table = [Class::Other; 256];
+    let mut b = b'0';
+    while b <= b'9' {
+        table[b as usize] = Class::Digit;
+        b += 1;
+    }
+    table[b'e' as usize] = Class::Exponent;
+    table[b'E' as usize] = Class::Exponent;
+    table[b'"' as usize] = Class::Quote;
+    table[b'{' as usize] = Class::Open;
+    table[b'[' as usize] = Class::Open;
+    table[b'}' as usize] = Class::Close;
+    table[b']' as usize] = Class::Close;
+    table
+};
+
+fn probe(text: &str) -> Result<(), EnvelopeError> {
+    serde_json::from_str::<Probe>(text).map(drop).map_err(|e| EnvelopeError::Parse(e.to_string()))
+}
+
+fn parse(body: &[u8], probing: Probing) -> Result<Body<'_>, EnvelopeError> {
     let text = std::str::from_utf8(body).map_err(|e| EnvelopeError::Parse(format!("body is not valid UTF-8: {e}")))?;
     let text = text.trim_start_matches('\u{feff}');
-    if probe {
-        serde_json::from_str::<Probe>(text).map_err(|e| EnvelopeError::Parse(e.to_string()))?;
+    let probed = match probing {
+        Probing::Always => true,
+        Probing::WhenNeeded => needs_probe(text),
+        Probing::Never => false,
+    };
+    if probed {
+        probe(text)?;
     }
+    let parsed = parse_unprobed(text);
+    match parsed {
+        // A body the probe was spared that fails: bad JSON is a parse error, as if probed first.
+        Err(_) if probing == Probing::WhenNeeded && !probed => probe(text).and(parsed),
+        _ => parsed,
+    }
+}
+
+fn parse_unprobed(text: &str) -> Result<Body<'_>, EnvelopeError> {
     let trimmed = text.trim_start();
     if trimmed.starts_with('[') {
         let items: Vec<&RawValue> = serde_json::from_str(text).map_err(|e| EnvelopeError::Parse(e.to_string()))?;
         return Ok(Body::Batch(items));
     }
-    // The probe read one JSON value, with nothing but JSON's whitespace around it.
+    // Probed or about to be: one JSON value, with nothing but JSON's whitespace around it.
     parse_message(text.trim_matches([' ', '\t', '\n', '\r'])).map(Body::Single)
 }
 
@@ -577,6 +698,76 @@ mod tests {
         assert!(parse_body(fine.as_bytes()).is_ok());
         assert!(matches!(parse_body(br#"{"jsonrpc":"2.0","id":1e400,"method":"ping"}"#), Err(EnvelopeError::Parse(_))));
         assert!(parse_body(br#"{"jsonrpc":"2.0","id":123456789012345678901234,"method":"ping"}"#).is_ok());
+    }
+
+    /// The probe is skipped only where it could not fail, and a body it was spared that turns
+    /// out bad is still a parse error: every body is answered as if probed first.
+    #[test]
+    fn the_probe_is_spared_only_where_it_cannot_fail() {
+        let plain =
+            r#"{"jsonrpc":"2.0","id":12,"method":"tools/list","params":{"cursor":"a b","x":[true,false,null,-1.5,0]}}"#;
+        // A long body is followed through its structure; a short one is only looked over.
+        let long = |json: &str| format!("{json:<width$}", width = SHORT);
+        assert!(!needs_probe(plain) && !needs_probe(&long(plain)));
+        let deep = |n: usize| {
+            format!(
+                r#"{{"jsonrpc":"2.0","id":1,"method":"ping","params":{{"x":{}1{}}}}}"#,
+                "[".repeat(n),
+                "]".repeat(n)
+            )
+        };
+        assert!(!needs_probe(&long(&deep(62))), "64 levels with the message and params");
+        assert!(needs_probe(&long(&deep(63))));
+        assert!(!needs_probe(&deep(63)), "too short to reach the probe's depth");
+        for needy in [r#"{"id":1e5}"#, r#"{"id":1.5E-3}"#, r#"{"x":"\ud800"}"#, r#"{"x":"a\"b"}"#] {
+            assert!(needs_probe(needy) && needs_probe(&long(needy)), "{needy}");
+        }
+        for needy_if_long in
+            [r#"{"id":123456789012345678901}"#, r#"{"x":0.123456789012345678901}"#, r#"{"x":"unterminated"#]
+        {
+            assert!(!needs_probe(needy_if_long) && needs_probe(&long(needy_if_long)), "{needy_if_long}");
+        }
+        // Digits, `e` and brackets inside strings are text; `true` and `false` are no exponents.
+        let texts = r#"{"x":"1e400 [[[[ 123456789012345678901234","y":true,"z":false}"#;
+        assert!(!needs_probe(&long(texts)));
+        assert!(needs_probe(texts), "an exponent's look inside a string, in a short body");
+        let bodies = [
+            plain.to_owned(),
+            deep(62),
+            long(&deep(62)),
+            long(&deep(63)),
+            deep(200),
+            // The deepest a short body can go (255 bytes), and one level more.
+            format!("{}1{}", "[".repeat(127), "]".repeat(127)),
+            format!("{}1{}", "[".repeat(128), "]".repeat(128)),
+            long(r#"{"jsonrpc":"2.0","id":1,"method":"ping","params":{"x":"\ud800"}}"#),
+            r#"{"jsonrpc":"2.0","id":1,"method":"ping","params":{"x":"\ud800"}}"#.into(),
+            r#"{"jsonrpc":"2.0","id":1,"method":"ping","params":{"x":"\ud83d\ude00"}}"#.into(),
+            r#"{"jsonrpc":"2.0","id":1e400,"method":"ping"}"#.into(),
+            r#"{"jsonrpc":"2.0","id":1,"method":"ping","params":{"x":1e-400}}"#.into(),
+            format!(r#"{{"jsonrpc":"2.0","id":1,"method":"ping","params":{{"x":{}}}}}"#, "9".repeat(400)),
+            r#"{"jsonrpc":"2.0","id":1,"method":"ping"} x"#.into(),
+            r#"{"jsonrpc":"2.0","id":1,"method":"ping","params":{"x":01}}"#.into(),
+            "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\",\"params\":{\"x\":\"a\tb\"}}".into(),
+            r#"{"jsonrpc":"2.0","id":1,"method":"ping",}"#.into(),
+            r#"{"jsonrpc":"2.0","id":1,"id":2,"method":"ping"}"#.into(),
+            r#"{"jsonrpc":"2.0","id":1,"method":"ping"]"#.into(),
+            r#"}}}{"jsonrpc":"2.0","id":1,"method":"ping"}"#.into(),
+            r#"[{"jsonrpc":"2.0","id":1,"method":"ping"},]"#.into(),
+            r#"[{"jsonrpc":"2.0","id":1,"method":"ping"}, 3]"#.into(),
+            "\u{a0}{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\"}".into(),
+            "42".into(),
+            "tru".into(),
+            String::new(),
+        ];
+        for body in &bodies {
+            let (spared, probed) = (parse_body(body.as_bytes()), parse_body_always_probed(body.as_bytes()));
+            assert_eq!(format!("{spared:?}"), format!("{probed:?}"), "{body}");
+        }
+        // Bad JSON spared the probe is still a parse error, not an invalid message.
+        let bad = r#"{"jsonrpc":"2.0","id":1,"method":"ping",}"#;
+        assert!(!needs_probe(bad));
+        assert!(matches!(parse_body(bad.as_bytes()), Err(EnvelopeError::Parse(_))));
     }
 
     #[test]
