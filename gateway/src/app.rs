@@ -360,9 +360,7 @@ async fn mcp_post(
         match held {
             Some(crate::cache::Held::Fresh(result)) => {
                 cache_outcome("hit").increment(1);
-                let mut resp = forward::json_response(StatusCode::OK, crate::cache::reply_body(id, result));
-                resp.extensions_mut().insert(labels);
-                return resp;
+                return forward::json_response(StatusCode::OK, crate::cache::reply_body(id, result));
             }
             Some(crate::cache::Held::Named { tag, result }) => named = Some((tag, result)),
             None => {}
@@ -426,7 +424,6 @@ async fn mcp_post(
     {
         resp.headers_mut().insert(header::WWW_AUTHENTICATE, v);
     }
-    resp.extensions_mut().insert(labels);
     resp
 }
 

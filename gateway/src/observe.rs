@@ -13,7 +13,7 @@ use mcp_proto::telemetry::Handles;
 use metrics::{Counter, Gauge, Histogram};
 use tracing::field::Empty;
 
-/// What `/mcp` learned about a request, for the metrics (set on the response).
+/// What `/mcp` learned about a request, for its log and metrics ([`record_mcp`]).
 #[derive(Clone, Copy, Debug)]
 pub struct McpLabels {
     pub method: &'static str,
@@ -46,7 +46,9 @@ fn span_name(method: &http::Method, route: &'static str) -> std::borrow::Cow<'st
     }
 }
 
-/// Record what `/mcp` learned about the request being served ([`mcp_proto::request_log`]).
+/// Record what `/mcp` learned about the request being served ([`mcp_proto::request_log`]);
+/// [`Observed::finish`] reads the method and era back from there for the request's metrics (a
+/// response extension would cost the answer a map of its own).
 pub fn record_mcp(labels: &McpLabels, caller: Option<&str>) {
     mcp_proto::request_log::record([
         ("mcp.method", Some(labels.method.into())),
@@ -122,7 +124,8 @@ impl Observed {
     pub fn finish(self, resp: Response) -> Response {
         let status = resp.status().as_u16();
         mcp_proto::request_log::record([("http.response.status_code", Some(status.into()))]);
-        let (mcp_method, era) = resp.extensions().get::<McpLabels>().map_or(("", ""), |l| (l.method, l.era));
+        let label = |name| mcp_proto::request_log::static_text(name).unwrap_or("");
+        let (mcp_method, era) = (label("mcp.method"), label("mcp.era"));
         let elapsed = self.started.elapsed().as_secs_f64();
         let elapsed_ms = elapsed * 1000.0;
         // The access log: refusals and failures at info, the rest at debug (LOG_LEVEL=debug).

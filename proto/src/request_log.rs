@@ -220,6 +220,21 @@ pub fn record<const N: usize>(values: [(&'static str, Option<Field>); N]) {
     });
 }
 
+/// Field `name` of the request being served, when it was set from a `&'static str`: a value a
+/// later step of the request reads back as it was set (the labels of its metrics).
+pub fn static_text(name: &'static str) -> Option<&'static str> {
+    REQUEST
+        .try_with(|log| {
+            let log = log.try_borrow().ok()?;
+            match log.fields.iter().find(|(n, _)| *n == name)? {
+                (_, Field::Static(text)) => Some(*text),
+                _ => None,
+            }
+        })
+        .ok()
+        .flatten()
+}
+
 /// Log lines with the fields of the request they are written in: an event formatter around
 /// tracing-subscriber's own (`json` for its JSON lines, else its text ones), for which the
 /// request is the span it was: a JSON line in another span shows that span (the innermost, as
@@ -474,5 +489,21 @@ mod tests {
         let mut json = String::new();
         log.write_json(&mut json);
         assert_eq!(json, r#"{"a":2,"b":"x","name":"r"}"#);
+    }
+
+    #[test]
+    fn a_static_field_is_read_back_in_its_request_only() {
+        let runtime = tokio::runtime::Builder::new_current_thread().build().expect("runtime");
+        assert_eq!(static_text("m"), None, "outside a request");
+        let read = runtime.block_on(RequestLog::new("r", tracing::Span::none()).scope(async {
+            record([
+                ("m", Some("tools/list".into())),
+                ("o", Some(String::from("owned").into())),
+                ("n", Some(1i64.into())),
+            ]);
+            record([("m", Some("tools/call".into()))]);
+            [static_text("m"), static_text("o"), static_text("n"), static_text("unset")]
+        }));
+        assert_eq!(read, [Some("tools/call"), None, None, None]);
     }
 }

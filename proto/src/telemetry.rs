@@ -362,8 +362,10 @@ impl Injector for MetadataInjector<'_> {
 /// are exported), and return the trace id for its log lines: the span's when it has one, else
 /// the one the `traceparent` names.
 pub fn extract_http(span: &tracing::Span, headers: &http::HeaderMap) -> Option<String> {
-    let carrier = HeaderCarrier(headers);
-    continue_trace(span, &carrier, carrier.get("traceparent"))
+    // Looked up by a name made once: a lookup by text parses the name on every request.
+    const TRACEPARENT: http::HeaderName = http::HeaderName::from_static("traceparent");
+    let traceparent = headers.get(&TRACEPARENT).and_then(|v| v.to_str().ok());
+    continue_trace(span, &HeaderCarrier(headers), traceparent)
 }
 
 /// As [`extract_http`], from the caller's gRPC metadata.
