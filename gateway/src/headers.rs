@@ -136,6 +136,19 @@ pub struct Accepts {
 }
 
 pub fn accepts(headers: &HeaderMap) -> Result<Accepts, Refusal> {
+    // What MCP clients send, answered without reading it range by range.
+    const BOTH: &[u8] = b"application/json, text/event-stream";
+    let mut all = headers.get_all(ACCEPT).iter();
+    if let (Some(only), None) = (all.next(), all.next())
+        && only.as_bytes() == BOTH
+    {
+        return Ok(Accepts { json: true, stream: true });
+    }
+    read_accept(headers)
+}
+
+/// [`accepts`], range by range.
+fn read_accept(headers: &HeaderMap) -> Result<Accepts, Refusal> {
     let mut values = headers.get_all(ACCEPT).iter().filter(|v| v.to_str().is_ok()).peekable();
     if values.peek().is_none() {
         return Ok(Accepts { json: true, stream: true });
@@ -333,6 +346,17 @@ mod tests {
             Ok(Accepts { json: false, stream: true })
         );
         assert_eq!(accepts(&headers(&[("accept", "*/*;q=0")])), Err(Refusal::NotAcceptable));
+        // The value clients send is answered at once, as read range by range; near it, read.
+        let common = headers(&[("accept", "application/json, text/event-stream")]);
+        assert_eq!(accepts(&common), read_accept(&common));
+        assert_eq!(
+            accepts(&headers(&[("accept", "application/json, text/event-stream;q=0")])),
+            Ok(Accepts { json: true, stream: false })
+        );
+        assert_eq!(
+            accepts(&headers(&[("accept", "application/json, text/event-stream"), ("accept", "text/html")])),
+            Ok(Accepts { json: true, stream: true })
+        );
     }
 
     #[test]

@@ -217,6 +217,7 @@ impl<S: Clone> tower::Service<axum::serve::IncomingStream<'_, Listener>> for Con
     }
 }
 
+/// The listener `serve_with` accepts on (`TCP_NODELAY` set on each connection).
 type Listener = axum::serve::TapIo<TcpListener, fn(&mut tokio::net::TcpStream)>;
 
 /// One connection's handle on the layered stack, giving each request the peer's address
@@ -248,7 +249,7 @@ where
 
     fn call(&mut self, mut req: axum::extract::Request) -> Self::Future {
         req.extensions_mut().insert(axum::extract::ConnectInfo(self.peer));
-        // A call that panicked left the stack as it was before the call: nothing is half-done.
+        // The stack keeps no state a call changes: one that panicked left nothing half-done.
         let mut stack = self.stack.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         stack.call(req)
     }

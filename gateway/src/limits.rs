@@ -174,7 +174,16 @@ const STREAM_RETRY: std::time::Duration = std::time::Duration::from_secs(5);
 /// Headers every request is checked against, before anything else reads them: the refusal to
 /// send, if they fail.
 pub fn header_refusal(req: &Request, max_header_bytes: usize) -> Option<Response> {
-    let size: usize = req.headers().iter().map(|(k, v)| k.as_str().len() + v.len() + 4).sum();
+    // One pass over the headers: their size, and the values of the two that must be single.
+    let (mut size, mut session_ids, mut authorizations) = (0, Values::default(), Values::default());
+    for (name, value) in req.headers() {
+        size += name.as_str().len() + value.len() + 4;
+        if name == header::AUTHORIZATION {
+            authorizations.add(value);
+        } else if name == crate::headers::SESSION_ID {
+            session_ids.add(value);
+        }
+    }
     if size > max_header_bytes {
         metrics::counter!("gateway_header_refusals_total", "reason" => "too_large").increment(1);
         return Some(edge_error(
@@ -183,12 +192,10 @@ pub fn header_refusal(req: &Request, max_header_bytes: usize) -> Option<Response
         ));
     }
     if req.uri().path() == "/mcp" {
-        for name in [&crate::headers::SESSION_ID, &header::AUTHORIZATION] {
-            let mut values = req.headers().get_all(name).iter();
-            let first = values.next();
-            let problem = if values.next().is_some() {
+        for (name, values) in [(&crate::headers::SESSION_ID, session_ids), (&header::AUTHORIZATION, authorizations)] {
+            let problem = if values.count > 1 {
                 Some("appears more than once")
-            } else if first.is_some_and(|v| !crate::headers::visible_ascii(v.as_bytes())) {
+            } else if values.first_invisible {
                 Some("must be visible ASCII")
             } else {
                 None
@@ -200,6 +207,23 @@ pub fn header_refusal(req: &Request, max_header_bytes: usize) -> Option<Response
         }
     }
     None
+}
+
+/// The values of a header that must be single: how many, and whether the first is not visible
+/// ASCII.
+#[derive(Default)]
+struct Values {
+    count: usize,
+    first_invisible: bool,
+}
+
+impl Values {
+    fn add(&mut self, value: &http::HeaderValue) {
+        if self.count == 0 {
+            self.first_invisible = !crate::headers::visible_ascii(value.as_bytes());
+        }
+        self.count += 1;
+    }
 }
 
 fn edge_error(status: StatusCode, message: &str) -> Response {
