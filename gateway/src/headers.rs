@@ -149,7 +149,7 @@ pub fn accepts(headers: &HeaderMap) -> Result<Accepts, Refusal> {
 
 /// [`accepts`], range by range.
 fn read_accept(headers: &HeaderMap) -> Result<Accepts, Refusal> {
-    let mut values = headers.get_all(ACCEPT).iter().filter(|v| v.to_str().is_ok()).peekable();
+    let mut values = headers.get_all(ACCEPT).iter().filter(|v| text(v).is_some()).peekable();
     if values.peek().is_none() {
         return Ok(Accepts { json: true, stream: true });
     }

@@ -174,7 +174,6 @@ impl<'de: 'a, 'a> serde::de::Visitor<'de> for MetaVisitor<'a> {
     fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
         use serde::de::Error as _;
         let mut peek = MetaPeek { object: true, ..MetaPeek::default() };
-        let mut seen_capabilities = false;
         while let Some(key) = map.next_key::<MetaKey>()? {
             match key {
                 MetaKey::Version => {
@@ -184,10 +183,10 @@ impl<'de: 'a, 'a> serde::de::Visitor<'de> for MetaVisitor<'a> {
                     peek.version = Some(map.next_value::<&'de RawValue>()?);
                 }
                 MetaKey::Capabilities => {
-                    if seen_capabilities {
+                    if peek.capabilities {
                         return Err(A::Error::duplicate_field(meta::CLIENT_CAPABILITIES));
                     }
-                    seen_capabilities = true;
+                    peek.capabilities = true;
                     map.next_value::<serde::de::IgnoredAny>()?;
                 }
                 MetaKey::Other => {
@@ -195,7 +194,6 @@ impl<'de: 'a, 'a> serde::de::Visitor<'de> for MetaVisitor<'a> {
                 }
             }
         }
-        peek.capabilities = seen_capabilities;
         Ok(peek)
     }
 }
