@@ -13,19 +13,20 @@ fuzz_target!(|data: &[u8]| {
         _ => (&[][..], data),
     };
     let header = std::str::from_utf8(header).ok();
-    assert_eq!(format!("{:?}", parse_body(body)), format!("{:?}", parse_body_always_probed(body)));
-    if let Ok(Body::Single(env)) = parse_body(body) {
+    let parsed = parse_body(body);
+    assert_eq!(format!("{parsed:?}"), format!("{:?}", parse_body_always_probed(body)));
+    if let Ok(Body::Single(env)) = &parsed {
         let _ = env.body_era();
         let _ = env.missing_modern_meta();
         let _ = env.name_target();
         let _ = env.id_json();
         let _ = env.meta_version_str();
-        let _ = gateway::era::classify(&env, header);
+        let _ = gateway::era::classify(env, header);
     }
     // mcp-service's parse of a body the gateway parsed: any bytes, checked or not, give a
     // message or a clean error, and a body the probe accepts reads alike both ways.
     let checked = parse_checked_body(body);
-    if let (Ok(Body::Single(a)), Ok(Body::Single(b))) = (parse_body(body), &checked) {
+    if let (Ok(Body::Single(a)), Ok(Body::Single(b))) = (&parsed, &checked) {
         assert_eq!(format!("{a:?}"), format!("{b:?}"));
     }
 });

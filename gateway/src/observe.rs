@@ -46,13 +46,17 @@ fn span_name(method: &http::Method, route: &'static str) -> std::borrow::Cow<'st
     }
 }
 
+/// The request log's fields [`record_mcp`] sets and [`Observed::finish`] reads back.
+const MCP_METHOD: &str = "mcp.method";
+const MCP_ERA: &str = "mcp.era";
+
 /// Record what `/mcp` learned about the request being served ([`mcp_proto::request_log`]);
 /// [`Observed::finish`] reads the method and era back from there for the request's metrics (a
 /// response extension would cost the answer a map of its own).
 pub fn record_mcp(labels: &McpLabels, caller: Option<&str>) {
     mcp_proto::request_log::record([
-        ("mcp.method", Some(labels.method.into())),
-        ("mcp.era", Some(labels.era.into())),
+        (MCP_METHOD, Some(labels.method.into())),
+        (MCP_ERA, Some(labels.era.into())),
         ("enduser.id", caller.map(|c| c.to_owned().into())),
     ]);
 }
@@ -125,7 +129,7 @@ impl Observed {
         let status = resp.status().as_u16();
         mcp_proto::request_log::record([("http.response.status_code", Some(status.into()))]);
         let label = |name| mcp_proto::request_log::static_text(name).unwrap_or("");
-        let (mcp_method, era) = (label("mcp.method"), label("mcp.era"));
+        let (mcp_method, era) = (label(MCP_METHOD), label(MCP_ERA));
         let elapsed = self.started.elapsed().as_secs_f64();
         let elapsed_ms = elapsed * 1000.0;
         // The access log: refusals and failures at info, the rest at debug (LOG_LEVEL=debug).

@@ -362,16 +362,19 @@ impl Injector for MetadataInjector<'_> {
 /// are exported), and return the trace id for its log lines: the span's when it has one, else
 /// the one the `traceparent` names.
 pub fn extract_http(span: &tracing::Span, headers: &http::HeaderMap) -> Option<String> {
-    // Looked up by a name made once: a lookup by text parses the name on every request.
-    const TRACEPARENT: http::HeaderName = http::HeaderName::from_static("traceparent");
-    let traceparent = headers.get(&TRACEPARENT).and_then(|v| v.to_str().ok());
-    continue_trace(span, &HeaderCarrier(headers), traceparent)
+    continue_trace(span, &HeaderCarrier(headers), traceparent(headers))
 }
 
 /// As [`extract_http`], from the caller's gRPC metadata.
 pub fn extract_grpc(span: &tracing::Span, metadata: &tonic::metadata::MetadataMap) -> Option<String> {
-    let carrier = MetadataCarrier(metadata);
-    continue_trace(span, &carrier, carrier.get("traceparent"))
+    continue_trace(span, &MetadataCarrier(metadata), traceparent(metadata.as_ref()))
+}
+
+/// The W3C `traceparent` of a request's HTTP headers or gRPC metadata (the same map), looked up
+/// by a name made once: a lookup by text parses the name on every request.
+fn traceparent(headers: &http::HeaderMap) -> Option<&str> {
+    const TRACEPARENT: http::HeaderName = http::HeaderName::from_static("traceparent");
+    headers.get(&TRACEPARENT).and_then(|v| v.to_str().ok())
 }
 
 fn continue_trace(span: &tracing::Span, carrier: &dyn Extractor, traceparent: Option<&str>) -> Option<String> {
