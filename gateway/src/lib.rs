@@ -14,6 +14,7 @@
 //! - [`headers`]: pure checks over headers (`Host`, `Origin`, `Accept`, MCP routing headers).
 //! - [`era`]: the HTTP era rule.
 //! - [`forward`]: the gRPC call and the mapping of frames to HTTP.
+//! - [`front`]: every request's first stop: its request id, and CORS.
 //! - [`cache`]: modern results anyone may be given, reused without a hop.
 //! - [`follow`]: gateway-edge's knowledge of live legacy sessions, from every replica's ends.
 //! - [`oauth_proxy`]: relaying `/oauth/*` and the authorisation server metadata.
@@ -30,6 +31,7 @@ pub mod entry;
 pub mod era;
 pub mod follow;
 pub mod forward;
+pub mod front;
 pub mod headers;
 pub mod limits;
 pub mod oauth_proxy;
@@ -44,7 +46,6 @@ use std::time::Duration;
 use mcp_proto::mcp::mcp_service_client::McpServiceClient;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
-use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
 
 pub use config::Config;
 
@@ -170,15 +171,14 @@ pub async fn serve_with(
     });
     let proxies = client_addr::TrustedProxies::parse(&config.trusted_proxies).map_err(Error::Config)?;
     let checks = Arc::new(EdgeChecks { max_header_bytes: config.max_header_bytes, proxies });
-    // Around the whole router, outermost first. Built once as one concrete type (see
-    // `app::router`).
-    let app = tower::ServiceBuilder::new()
-        // Give every request an id (kept if the client sent one), and echo it to the client.
-        .layer(SetRequestIdLayer::new(app::REQUEST_ID, MakeRequestUuid))
-        .layer(PropagateRequestIdLayer::new(app::REQUEST_ID))
-        // CORS answers preflights before anything else runs.
-        .layer(app::cors(state.policy.clone()))
-        .service(Edge { checks, router: app::router(state.clone()) });
+    // Around the whole router, built once as one concrete type (see `app::router`): every
+    // request gets an id (kept if the client sent one, echoed to it), and CORS answers
+    // preflights before anything else runs.
+    let app = front::Front::new(
+        app::cors(state.policy.clone()),
+        app::REQUEST_ID,
+        Edge { checks, router: app::router(state.clone()) },
+    );
     tracing::info!(service = "gateway", %addr, endpoint = %format!("http://{addr}/mcp"), "listening");
 
     let drain = state.clone();

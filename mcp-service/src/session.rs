@@ -187,7 +187,10 @@ pub struct Sessions {
 #[derive(Default)]
 struct Live {
     /// By their ids' payloads (HTTP; [`Session::key`]) or by [`Sessions::attach`]'s keys.
-    sessions: HashMap<Arc<str>, Arc<Session>>,
+    /// Hashed with foldhash (seeded per process), not std's SipHash (about 400 instructions per
+    /// request for an id's payload): a key is entered only for an id whose seal was verified
+    /// (its payload holds a random nonce) or one made here.
+    sessions: HashMap<Arc<str>, Arc<Session>, foldhash::fast::RandomState>,
     /// Nonces of sessions ended here, with their ids' expiry: refused until then.
     ended: HashMap<u128, u64>,
     next_sweep: u64,
