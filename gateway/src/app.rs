@@ -134,7 +134,8 @@ async fn authenticate(
     gw.limits.check_ip(peer.ip()).map_err(IntoResponse::into_response)?;
     let principal = match &gw.auth {
         None => None,
-        Some(auth) => Some(auth.principal(headers).await.map_err(|denied| auth.challenge(&denied))?),
+        // Boxed, as the call in `mcp_post` is: its state is spent only when sign-in is on.
+        Some(auth) => Some(Box::pin(auth.principal(headers)).await.map_err(|denied| auth.challenge(&denied))?),
     };
     if let Some(p) = &principal {
         gw.limits.check_client(&p.subject).map_err(IntoResponse::into_response)?;
@@ -378,7 +379,9 @@ async fn mcp_post(
         param_headers: param_headers(&headers),
         if_tag: named.as_ref().map(|(tag, _)| tag.clone()).unwrap_or_default(),
     };
-    let mut resp = forward::forward(gw.mcp_channel.clone(), request, accepts, id.clone()).await;
+    // Boxed: the call's state (about 2.7 KB) would otherwise make this handler's future, made
+    // and moved whole for every request (a cached answer's too), that much larger.
+    let mut resp = Box::pin(forward::forward(gw.mcp_channel.clone(), request, accepts, id.clone())).await;
     resp = gw.limits.hold_stream(stream, resp);
     if let (Some(learning), Some(sessions)) = (learning, &gw.sessions)
         && let Some(reusable) = resp.extensions().get::<crate::cache::Reusable>()

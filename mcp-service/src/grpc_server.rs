@@ -147,7 +147,7 @@ impl Served {
         let request = pb::McpRequest::decode(message)
             .map_err(|e| tonic::Status::internal(format!("failed to decode the McpRequest message: {e}")))?;
         let (work, rx) = crate::server::start(self.engine.clone(), &metadata, request);
-        Ok(Frames { work: Some(Box::pin(work)), _task: None, rx, rest: [None, None], ended: false })
+        Ok(Frames { work: Some(work), _task: None, rx, rest: [None, None], ended: false })
     }
 }
 

@@ -112,7 +112,7 @@ impl<B> PipeBody<B> {
         let (work, rx) = crate::server::start(self.engine.clone(), &metadata, request);
         let (abort, registration) = AbortHandle::new_pair();
         self.running.insert(call.call, abort);
-        let stream = CallStream { call: call.call, work: Some(Box::pin(work)), rx, held: None, done: false };
+        let stream = CallStream { call: call.call, work: Some(work), rx, held: None, done: false };
         self.calls.push(Abortable::new(stream, registration));
         Ok(())
     }

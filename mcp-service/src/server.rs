@@ -41,7 +41,7 @@ pub(crate) fn start(
     engine: Arc<Engine>,
     metadata: &tonic::metadata::MetadataMap,
     req: pb::McpRequest,
-) -> (impl std::future::Future<Output = ()> + Send + 'static, mpsc::Receiver<Frame>) {
+) -> (std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + 'static>>, mpsc::Receiver<Frame>) {
     // The span (only when traces are exported) is made with the fields known now.
     let request_id = (!req.request_id.is_empty()).then_some(req.request_id.as_str());
     let span = if mcp_proto::telemetry::traces_on() {
@@ -86,7 +86,9 @@ pub(crate) fn start(
         if_tag: (!if_tag.is_empty()).then_some(if_tag),
     };
     let (tx, rx) = mpsc::channel(16);
-    (log.scope(async move { engine.handle(&body, &ctx, &tx).await }), rx)
+    // Boxed here, once: the work's state is several kilobytes (the engine's nested calls), and
+    // every move of it unboxed (out of here, into a task or a box) copied all of it.
+    (Box::pin(log.scope(async move { engine.handle(&body, &ctx, &tx).await })), rx)
 }
 
 /// A frame as the `McpFrame` message it travels in.

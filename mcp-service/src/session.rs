@@ -208,6 +208,23 @@ impl Live {
     }
 }
 
+/// Whether two tags are the same, in a time that depends on their length alone: subtle's
+/// comparison, eight bytes at a time (one optimisation barrier per word rather than per byte:
+/// about 150 instructions for a 43-character tag, against 700).
+fn same_tag(a: &str, b: &str) -> bool {
+    fn word(bytes: &[u8]) -> u64 {
+        bytes.iter().fold(0, |w, &b| (w << 8) | u64::from(b))
+    }
+    if a.len() != b.len() {
+        return false;
+    }
+    let mut same = subtle::Choice::from(1);
+    for (x, y) in a.as_bytes().chunks(8).zip(b.as_bytes().chunks(8)) {
+        same &= word(x).ct_eq(&word(y));
+    }
+    same.into()
+}
+
 impl Sessions {
     pub fn new(sealer: Sealer, ttl: Duration) -> Self {
         Self { sealer, ttl, live: Mutex::default(), max_ended: MAX_ENDED }
@@ -237,16 +254,15 @@ impl Sessions {
 
     fn resolve_at(&self, token: &str, t: u64) -> Result<Arc<Session>, SessionError> {
         let token = token.trim();
-        let (payload, tag) = token.split_once('.').ok_or(SessionError::Invalid(SealError::Malformed))?;
+        // The tag is the short end (neither part holds a dot: a token with more is refused by
+        // the seal's check in `take_up`, its payload being unknown here).
+        let (payload, tag) = token.rsplit_once('.').ok_or(SessionError::Invalid(SealError::Malformed))?;
         // An id met before is known by its payload and the seal verified then (compared in
         // constant time): its MAC and claims need not be worked out again on every request.
         let known = {
             let mut live = self.live.lock().map_err(|_| SessionError::Ended)?;
             live.sweep_if_due(t);
-            live.sessions
-                .get(payload)
-                .filter(|s| !s.tag.is_empty() && bool::from(s.tag.as_bytes().ct_eq(tag.as_bytes())))
-                .cloned()
+            live.sessions.get(payload).filter(|s| !s.tag.is_empty() && same_tag(&s.tag, tag)).cloned()
         };
         let session = match known {
             Some(session) => session,
@@ -436,6 +452,20 @@ mod tests {
     }
 
     #[test]
+    fn tags_are_the_same_only_byte_for_byte() {
+        let tag = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFG";
+        assert!(same_tag(tag, tag) && same_tag("", ""));
+        for i in 0..tag.len() {
+            let mut other = tag.as_bytes().to_vec();
+            other[i] ^= 1;
+            assert!(!same_tag(tag, std::str::from_utf8(&other).expect("ascii")), "byte {i}");
+            assert!(!same_tag(tag, &tag[..i]) && !same_tag(&tag[..i], tag), "{i} bytes");
+        }
+        // A shorter tag is not the longer one padded with zeros.
+        assert!(!same_tag("ab\0", "ab"));
+    }
+
+    #[test]
     fn a_known_id_is_matched_by_its_whole_seal() {
         let sessions = Sessions::new(Sealer::random(), Duration::from_secs(60));
         let (token, s) = sessions.create("2025-06-18", json!({}));
@@ -445,7 +475,19 @@ mod tests {
         let mut other = tag.to_owned().into_bytes();
         other[0] = if other[0] == b'A' { b'B' } else { b'A' };
         let other = String::from_utf8(other).expect("ascii");
-        for forged in [format!("{payload}.{other}"), format!("{payload}.{}", &tag[1..]), format!("{payload}.")] {
+        let mut last = tag.to_owned().into_bytes();
+        let end = last.len() - 1;
+        last[end] = if last[end] == b'A' { b'B' } else { b'A' };
+        let last = String::from_utf8(last).expect("ascii");
+        for forged in [
+            format!("{payload}.{other}"),
+            format!("{payload}.{last}"),
+            format!("{payload}.{}", &tag[1..]),
+            format!("{payload}."),
+            format!("{payload}.{tag}.{tag}"),
+            format!("{payload}.{tag}."),
+            format!("{payload}..{tag}"),
+        ] {
             assert!(matches!(sessions.resolve(&forged), Err(SessionError::Invalid(_))), "{forged}");
         }
         // A stdio connection's key names no HTTP session, with or without a seal.
