@@ -256,7 +256,8 @@ impl Sessions {
         let token = token.trim();
         // The tag is the short end (neither part holds a dot: a token with more is refused by
         // the seal's check in `take_up`, its payload being unknown here).
-        let (payload, tag) = token.rsplit_once('.').ok_or(SessionError::Invalid(SealError::Malformed))?;
+        let (payload, tag) =
+            mcp_proto::vocab::session_id_parts(token).ok_or(SessionError::Invalid(SealError::Malformed))?;
         // An id met before is known by its payload and the seal verified then (compared in
         // constant time): its MAC and claims need not be worked out again on every request.
         let known = {

@@ -87,7 +87,14 @@ pub mod header {
 /// The seal of a legacy session id (the text after its last `.`, a MAC of the rest): what names
 /// the session among the ends mcp-service tells the gateways of.
 pub fn session_seal(session_id: &str) -> Option<&str> {
-    session_id.trim().rsplit_once('.').map(|(_, seal)| seal).filter(|s| !s.is_empty())
+    session_id_parts(session_id.trim()).map(|(_, seal)| seal).filter(|s| !s.is_empty())
+}
+
+/// A legacy session id's payload and seal, split at its last `.` (`str::rsplit_once`, with
+/// the vector search of `memchr`: the seal is the id's last 43 characters).
+pub fn session_id_parts(session_id: &str) -> Option<(&str, &str)> {
+    let dot = memchr::memrchr(b'.', session_id.as_bytes())?;
+    Some((session_id.get(..dot)?, session_id.get(dot + 1..)?))
 }
 
 /// JSON-RPC error codes used by MCP.
@@ -167,6 +174,16 @@ mod tests {
         assert_eq!(negotiate_legacy(Some("garbage")), "2025-11-25");
         assert_eq!(negotiate_legacy(Some("")), "2024-11-05");
         assert_eq!(negotiate_legacy(None), "2025-11-25");
+    }
+
+    #[test]
+    fn a_session_id_splits_at_its_last_dot_as_rsplit_once_does() {
+        for id in ["payload.seal", "a.b.c", ".seal", "payload.", ".", "", "no-dot", "é.ü", "x..y"] {
+            assert_eq!(session_id_parts(id), id.rsplit_once('.'), "{id}");
+        }
+        assert_eq!(session_seal(" payload.seal\t"), Some("seal"));
+        assert_eq!(session_seal("payload."), None);
+        assert_eq!(session_seal("no-dot"), None);
     }
 
     #[test]
