@@ -1,5 +1,5 @@
-//! The HTTP stack: routes, the tower-http layers around them, and the `/mcp` handler that runs
-//! the edge checks in the specification's order before forwarding.
+//! The HTTP stack: routes, the CORS settings (applied by [`crate::front`]), and the `/mcp`
+//! handler that runs the edge checks in the specification's order before forwarding.
 
 use std::borrow::Cow;
 use std::sync::Arc;

@@ -229,7 +229,7 @@ impl Auth {
         let hash = token_hash(token);
         let mut found = None;
         for t in &self.api_tokens {
-            if bool::from(subtle::ConstantTimeEq::ct_eq(t.sha256.as_bytes(), hash.as_bytes())) {
+            if mcp_proto::trust::same_bytes(t.sha256.as_bytes(), hash.as_bytes()) {
                 found = Some(t);
             }
         }

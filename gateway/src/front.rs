@@ -3,12 +3,19 @@
 //! The request id (`X-Request-Id`) is kept when the client sent one and made (a UUID)
 //! otherwise; the request carries it on, and the answer echoes it unless it has one of its own.
 //!
-//! CORS is tower-http's layer. What it adds to the answer of a request that is neither a
-//! preflight (`OPTIONS`) nor sent by a browser (no `Origin`) does not depend on the request
-//! (`Vary`, and the exposed headers), so it is learnt from the layer once, by answering such a
-//! request through it at start, and added to those answers directly: the layer's per-request
-//! work (a header map built in five steps, then merged into the answer) is spent only on the
-//! requests it can grant something to.
+//! CORS is tower-http's layer. As [`crate::app::cors`] sets it up (origins by a predicate, no
+//! credentials, no private-network access), what it adds to the answer of a request that is
+//! neither a preflight (`OPTIONS`) nor sent by a browser (no `Origin`) does not depend on the
+//! request (`Vary`, and the exposed headers), so it is learnt from the layer once, by answering
+//! such a request through it at start, and added to those answers directly: the layer's
+//! per-request work (a header map built in five steps, then merged into the answer) is spent
+//! only on the requests it can grant something to. (Private-network access would add a header
+//! to some requests without `Origin`: the tests send that request too, so such a setting would
+//! fail them rather than go unnoticed.)
+//!
+//! `Front` answers ready without asking the service it wraps, and calls a clone of it (or of the
+//! CORS layer around it): the service must be always ready and keep no state between calls,
+//! as the gateway's `Edge` is and does.
 
 use std::convert::Infallible;
 use std::pin::Pin;
@@ -66,7 +73,8 @@ where
     type Future = Answer<S::Future>;
 
     fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
-        // The stack is always ready (the router answers every call).
+        // The service wrapped is always ready (the module's rule; the router answers every
+        // call).
         Poll::Ready(Ok(()))
     }
 
@@ -181,8 +189,11 @@ mod tests {
         for method in [Method::GET, Method::POST, Method::DELETE, Method::PUT] {
             let front = Front::new(cors(), ID, inner());
             let through_layer = cors().layer(inner());
-            let ours = answer(front, request(method.clone(), &[("x-request-id", "r-1")])).await;
-            let theirs = answer(through_layer, request(method.clone(), &[])).await;
+            // A private-network request is one the layer would answer differently if it were
+            // set up to allow such access.
+            let asks = ("access-control-request-private-network", "true");
+            let ours = answer(front, request(method.clone(), &[("x-request-id", "r-1"), asks])).await;
+            let theirs = answer(through_layer, request(method.clone(), &[asks])).await;
             let mut ours = all(&ours);
             // The request id's echo is ours alone; the rest is the layer's answer.
             assert_eq!(ours.iter().filter(|(n, v)| n == "seen-id" && v == "r-1").count(), 1, "{method}");
@@ -198,6 +209,13 @@ mod tests {
             answer(front, request(Method::OPTIONS, &[origin, ("access-control-request-method", "POST")])).await;
         assert_eq!(preflight.headers()[header::ACCESS_CONTROL_MAX_AGE], "3600");
         assert!(preflight.headers().get("seen-id").is_none(), "the layer answered it");
+        // A preflight without an origin is the layer's too (its answer, without a grant).
+        let front = Front::new(cors(), ID, inner());
+        let bare = answer(front, request(Method::OPTIONS, &[("access-control-request-method", "POST")])).await;
+        assert!(bare.headers().get("seen-id").is_none(), "the layer answered it");
+        assert_eq!(bare.headers()[header::ACCESS_CONTROL_MAX_AGE], "3600");
+        assert!(bare.headers().get(header::ACCESS_CONTROL_ALLOW_ORIGIN).is_none());
+        assert!(bare.headers().contains_key(&ID), "with its request id");
     }
 
     #[tokio::test]

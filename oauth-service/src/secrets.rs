@@ -3,7 +3,6 @@
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use sha2::{Digest, Sha256};
-use subtle::ConstantTimeEq as _;
 
 /// 32 random bytes, Base64url: codes, tokens, client ids and secrets.
 pub fn random() -> String {
@@ -18,7 +17,7 @@ pub fn hash(secret: &str) -> String {
 }
 
 pub fn equal(a: &str, b: &str) -> bool {
-    a.as_bytes().ct_eq(b.as_bytes()).into()
+    mcp_proto::trust::same_bytes(a.as_bytes(), b.as_bytes())
 }
 
 /// PKCE S256: whether `verifier` is the one `challenge` was made from (RFC 7636 §4.6).

@@ -8,6 +8,23 @@
 use std::sync::{Arc, OnceLock};
 
 use subtle::ConstantTimeEq as _;
+
+/// Whether two secrets (tokens, their hashes, seals) are the same, in a time that depends on
+/// their lengths alone: subtle's comparison, eight bytes at a time (one optimisation barrier per
+/// word rather than per byte: about 150 instructions for 43 bytes, against 700).
+pub fn same_bytes(a: &[u8], b: &[u8]) -> bool {
+    fn word(bytes: &[u8]) -> u64 {
+        bytes.iter().fold(0, |w, &b| (w << 8) | u64::from(b))
+    }
+    if a.len() != b.len() {
+        return false;
+    }
+    let mut same = subtle::Choice::from(1);
+    for (x, y) in a.chunks(8).zip(b.chunks(8)) {
+        same &= word(x).ct_eq(&word(y));
+    }
+    same.into()
+}
 use tonic::metadata::MetadataValue;
 use tonic::service::Interceptor;
 use tonic::{Request, Status};
@@ -47,7 +64,7 @@ impl Require {
     pub fn check(&self, metadata: &tonic::metadata::MetadataMap) -> Result<(), Status> {
         let Some(expected) = &self.0 else { return Ok(()) };
         let given = metadata.get("authorization").map(|v| v.as_bytes()).unwrap_or_default();
-        if bool::from(given.ct_eq(expected.as_bytes())) {
+        if same_bytes(given, expected.as_bytes()) {
             Ok(())
         } else {
             Err(Status::unauthenticated("this service accepts calls only from its callers"))
@@ -65,6 +82,20 @@ impl Interceptor for Require {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn secrets_are_the_same_only_byte_for_byte() {
+        let tag = b"0123456789abcdefghijklmnopqrstuvwxyzABCDEFG";
+        assert!(same_bytes(tag, tag) && same_bytes(b"", b""));
+        for i in 0..tag.len() {
+            let mut other = tag.to_vec();
+            other[i] ^= 1;
+            assert!(!same_bytes(tag, &other), "byte {i}");
+            assert!(!same_bytes(tag, &tag[..i]) && !same_bytes(&tag[..i], tag), "{i} bytes");
+        }
+        // A shorter secret is not the longer one padded with zeros.
+        assert!(!same_bytes(b"ab\0", b"ab"));
+    }
 
     #[test]
     fn the_token_is_required_when_configured() {
