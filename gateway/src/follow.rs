@@ -40,8 +40,9 @@ pub struct SessionFollower {
     leases: Mutex<HashMap<String, Lease>>,
     /// The earliest lease of all, or `None` while any replica is not followed.
     trusted_until: RwLock<Option<Instant>>,
-    /// Live sessions by their id's seal.
-    known: RwLock<HashMap<Box<str>, Known>>,
+    /// Live sessions by their id's seal (a MAC made by mcp-service: keys enter only for sessions
+    /// it answered as live), hashed with foldhash rather than SipHash.
+    known: RwLock<HashMap<Box<str>, Known, foldhash::fast::RandomState>>,
     /// Ends applied, streams started or lost, knowledge dropped so far: a reply that crossed
     /// while this changed teaches nothing (the session may have ended meanwhile).
     forgotten: AtomicU64,

@@ -300,7 +300,7 @@ impl http_body::Body for Frames {
             Poll::Ready(None) => {
                 self.ended = true;
                 let mut trailers = http::HeaderMap::with_capacity(1);
-                trailers.insert("grpc-status", http::HeaderValue::from_static("0"));
+                trailers.insert(mcp_proto::call::GRPC_STATUS, http::HeaderValue::from_static("0"));
                 Poll::Ready(Some(Ok(http_body::Frame::trailers(trailers))))
             }
             Poll::Pending => Poll::Pending,

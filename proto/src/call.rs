@@ -34,6 +34,10 @@ pub const HANDLE_PATH: &str = "/mcp.v1.McpService/Handle";
 /// The length of gRPC's message prefix: a compression flag and a 32-bit big-endian length.
 const PREFIX: usize = 5;
 
+/// The header (or trailer) a gRPC call's outcome is in, by a name made once (a lookup by text
+/// parses the name each time: about 300 instructions a call).
+pub const GRPC_STATUS: http::HeaderName = http::HeaderName::from_static("grpc-status");
+
 /// Call `Handle` with `request` (its metadata as the caller set it: the trace, the service
 /// token; its extensions: a replica's affinity) on `channel`, and return the call's frames once
 /// the answer's headers have come.
@@ -216,7 +220,7 @@ impl Frames {
 
 /// The outcome `headers` carry, if any: `grpc-status: 0` read in place, any other through tonic.
 fn status_in(headers: &http::HeaderMap) -> Option<Result<(), Status>> {
-    let code = headers.get("grpc-status")?;
+    let code = headers.get(&GRPC_STATUS)?;
     if code.as_bytes() == b"0" {
         return Some(Ok(()));
     }

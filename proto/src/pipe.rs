@@ -343,7 +343,7 @@ impl http_body::Body for CallBody {
         self.trailers_sent = true;
         self.cancel.commands = None;
         let mut trailers = http::HeaderMap::with_capacity(1);
-        trailers.insert("grpc-status", http::HeaderValue::from_static("0"));
+        trailers.insert(crate::call::GRPC_STATUS, http::HeaderValue::from_static("0"));
         Poll::Ready(Some(Ok(http_body::Frame::trailers(trailers))))
     }
 
@@ -418,7 +418,7 @@ async fn run(
             head = async { response.as_mut().expect("polled only while waiting").await }, if response.is_some() => {
                 response = None;
                 match head {
-                    Ok(head) => match head.headers().get("grpc-status").map(|v| v.as_bytes().to_vec()).as_deref() {
+                    Ok(head) => match head.headers().get(&crate::call::GRPC_STATUS).map(|v| v.as_bytes().to_vec()).as_deref() {
                         // gRPC's UNIMPLEMENTED, or HTTP's 404 that gRPC maps to it.
                         Some(b"12") => break Err(()),
                         None if head.status() == http::StatusCode::NOT_FOUND => break Err(()),
@@ -478,7 +478,7 @@ async fn run(
                         None => Ok(None),
                     };
                     break match trailers {
-                        Ok(Some(trailers)) if trailers.get("grpc-status").is_some_and(|v| v != "0") => {
+                        Ok(Some(trailers)) if trailers.get(&crate::call::GRPC_STATUS).is_some_and(|v| v != "0") => {
                             let status = tonic::Status::from_header_map(&trailers)
                                 .unwrap_or_else(|| tonic::Status::unknown("an unreadable grpc-status"));
                             Ok((status, false))
@@ -673,7 +673,8 @@ mod tests {
                                     Answer::Data(data) => drop(send.send_data(data, false)),
                                     Answer::End(status) => {
                                         let mut trailers = http::HeaderMap::new();
-                                        trailers.insert("grpc-status", http::HeaderValue::from_static(status));
+                                        trailers
+                                            .insert(crate::call::GRPC_STATUS, http::HeaderValue::from_static(status));
                                         let _ = send.send_trailers(trailers);
                                         return;
                                     }
