@@ -25,9 +25,11 @@ use std::task::{Context, Poll};
 use axum::extract::Request;
 use axum::response::Response;
 use futures_util::FutureExt as _;
-use http::{HeaderMap, HeaderName, HeaderValue, Method, header};
+use http::{HeaderMap, HeaderValue, Method, header};
 use tower::{Layer as _, Service, ServiceExt as _};
 use tower_http::cors::{Cors, CorsLayer};
+
+use crate::app::REQUEST_ID;
 
 /// The service every request enters, around `S` (the rest of the stack).
 #[derive(Clone)]
@@ -37,12 +39,11 @@ pub struct Front<S> {
     /// What CORS adds to a request without `Origin` that is not a preflight (`None`: it could
     /// not be learnt, and every request goes through the layer).
     plain_cors: Option<Arc<HeaderMap>>,
-    request_id: HeaderName,
 }
 
 impl<S: Clone> Front<S> {
-    pub fn new(cors: CorsLayer, request_id: HeaderName, inner: S) -> Self {
-        Self { plain_cors: plain_cors(&cors).map(Arc::new), cors: cors.layer(inner.clone()), inner, request_id }
+    pub fn new(cors: CorsLayer, inner: S) -> Self {
+        Self { plain_cors: plain_cors(&cors).map(Arc::new), cors: cors.layer(inner.clone()), inner }
     }
 }
 
@@ -79,12 +80,12 @@ where
     }
 
     fn call(&mut self, mut req: Request) -> Self::Future {
-        let request_id = match req.headers().get(&self.request_id) {
+        let request_id = match req.headers().get(&REQUEST_ID) {
             Some(id) => Some(id.clone()),
             None => {
                 let id = new_request_id();
                 if let Some(id) = &id {
-                    req.headers_mut().insert(self.request_id.clone(), id.clone());
+                    req.headers_mut().insert(REQUEST_ID, id.clone());
                 }
                 id
             }
@@ -96,7 +97,7 @@ where
             Some(added) => Kind::Plain(self.inner.call(req), added),
             None => Kind::Cors(self.cors.call(req)),
         };
-        Answer { kind, request_id: request_id.map(|id| (self.request_id.clone(), id)) }
+        Answer { kind, request_id }
     }
 }
 
@@ -104,7 +105,7 @@ where
 pub struct Answer<F> {
     kind: Kind<F>,
     /// The request's id, for an answer without one of its own.
-    request_id: Option<(HeaderName, HeaderValue)>,
+    request_id: Option<HeaderValue>,
 }
 
 enum Kind<F> {
@@ -132,10 +133,10 @@ impl<F: Future<Output = Result<Response, Infallible>> + Unpin> Future for Answer
                 }
             }
         }
-        if let Some((name, id)) = self.request_id.take()
-            && !resp.headers().contains_key(&name)
+        if let Some(id) = self.request_id.take()
+            && !resp.headers().contains_key(&REQUEST_ID)
         {
-            resp.headers_mut().insert(name, id);
+            resp.headers_mut().insert(REQUEST_ID, id);
         }
         Poll::Ready(Ok(resp))
     }
@@ -145,7 +146,7 @@ impl<F: Future<Output = Result<Response, Infallible>> + Unpin> Future for Answer
 mod tests {
     use super::*;
 
-    const ID: HeaderName = HeaderName::from_static("x-request-id");
+    const ID: http::HeaderName = REQUEST_ID;
 
     /// An answer with a `Vary` and an exposed-headers list of its own, echoing the request's id
     /// in `seen-id`.
@@ -187,7 +188,7 @@ mod tests {
     async fn a_request_without_origin_gets_what_the_cors_layer_gives_it() {
         assert!(plain_cors(&cors()).is_some_and(|h| h.contains_key(header::VARY)), "learnt at start");
         for method in [Method::GET, Method::POST, Method::DELETE, Method::PUT] {
-            let front = Front::new(cors(), ID, inner());
+            let front = Front::new(cors(), inner());
             let through_layer = cors().layer(inner());
             // A private-network request is one the layer would answer differently if it were
             // set up to allow such access.
@@ -202,7 +203,7 @@ mod tests {
         }
         // With an origin, and a preflight, the layer answers (its grant, its preflight).
         let origin = ("origin", "http://localhost:3000");
-        let front = Front::new(cors(), ID, inner());
+        let front = Front::new(cors(), inner());
         let granted = answer(front.clone(), request(Method::POST, &[origin])).await;
         assert_eq!(granted.headers()[header::ACCESS_CONTROL_ALLOW_ORIGIN], "http://localhost:3000");
         let preflight =
@@ -210,7 +211,7 @@ mod tests {
         assert_eq!(preflight.headers()[header::ACCESS_CONTROL_MAX_AGE], "3600");
         assert!(preflight.headers().get("seen-id").is_none(), "the layer answered it");
         // A preflight without an origin is the layer's too (its answer, without a grant).
-        let front = Front::new(cors(), ID, inner());
+        let front = Front::new(cors(), inner());
         let bare = answer(front, request(Method::OPTIONS, &[("access-control-request-method", "POST")])).await;
         assert!(bare.headers().get("seen-id").is_none(), "the layer answered it");
         assert_eq!(bare.headers()[header::ACCESS_CONTROL_MAX_AGE], "3600");
@@ -220,7 +221,7 @@ mod tests {
 
     #[tokio::test]
     async fn the_request_id_is_kept_or_made_and_echoed() {
-        let front = Front::new(cors(), ID, inner());
+        let front = Front::new(cors(), inner());
         let kept = answer(front.clone(), request(Method::POST, &[("x-request-id", "mine")])).await;
         assert_eq!(kept.headers()["seen-id"], "mine");
         assert_eq!(kept.headers()[&ID], "mine");
@@ -236,7 +237,7 @@ mod tests {
             resp.headers_mut().insert(ID, HeaderValue::from_static("the-answer's"));
             std::future::ready(Ok::<_, Infallible>(resp))
         });
-        let resp = answer(Front::new(cors(), ID, own), request(Method::GET, &[("x-request-id", "mine")])).await;
+        let resp = answer(Front::new(cors(), own), request(Method::GET, &[("x-request-id", "mine")])).await;
         assert_eq!(resp.headers().get_all(&ID).iter().collect::<Vec<_>>(), ["the-answer's"]);
     }
 }

@@ -174,11 +174,7 @@ pub async fn serve_with(
     // Around the whole router, built once as one concrete type (see `app::router`): every
     // request gets an id (kept if the client sent one, echoed to it), and CORS answers
     // preflights before anything else runs.
-    let app = front::Front::new(
-        app::cors(state.policy.clone()),
-        app::REQUEST_ID,
-        Edge { checks, router: app::router(state.clone()) },
-    );
+    let app = front::Front::new(app::cors(state.policy.clone()), Edge { checks, router: app::router(state.clone()) });
     tracing::info!(service = "gateway", %addr, endpoint = %format!("http://{addr}/mcp"), "listening");
 
     let drain = state.clone();

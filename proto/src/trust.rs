@@ -9,6 +9,10 @@ use std::sync::{Arc, OnceLock};
 
 use subtle::ConstantTimeEq as _;
 
+use tonic::metadata::MetadataValue;
+use tonic::service::Interceptor;
+use tonic::{Request, Status};
+
 /// Whether two secrets (tokens, their hashes, seals) are the same, in a time that depends on
 /// their lengths alone: subtle's comparison, eight bytes at a time (one optimisation barrier per
 /// word rather than per byte: about 150 instructions for 43 bytes, against 700).
@@ -25,9 +29,6 @@ pub fn same_bytes(a: &[u8], b: &[u8]) -> bool {
     }
     same.into()
 }
-use tonic::metadata::MetadataValue;
-use tonic::service::Interceptor;
-use tonic::{Request, Status};
 
 static OUTGOING: OnceLock<MetadataValue<tonic::metadata::Ascii>> = OnceLock::new();
 
