@@ -45,10 +45,10 @@ pub struct ApiToken {
 }
 
 /// What is stored for a token: its SHA-256, Base64url without padding.
-pub fn token_hash(token: &str) -> String {
+pub fn token_hash(token: impl AsRef<[u8]>) -> String {
     use base64::Engine as _;
     use sha2::Digest as _;
-    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(sha2::Sha256::digest(token.as_bytes()))
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(sha2::Sha256::digest(token))
 }
 
 /// HTTP Basic credentials for a client (RFC 6749 §2.3.1: form-encoded id and secret).
@@ -77,16 +77,27 @@ pub struct Auth {
     pub introspection: Option<Introspection>,
     client: Client<HttpConnector, Body>,
     keys: Mutex<(HashMap<String, DecodingKey>, Option<Instant>)>,
-    /// Tokens whose signature and claims were checked, by SHA-256: their caller and `exp`.
-    /// A signature check costs far more than the rest of a request; a token is sent again and
-    /// again until it expires, so it is checked once, and its caller shared, not copied.
+    /// Tokens whose signature and claims were checked. A signature check costs far more than
+    /// the rest of a request; a token is sent again and again until it expires, so it is
+    /// checked once, and its caller shared, not copied.
     verified: Mutex<Verified>,
     /// Held while the key set is fetched again.
     refresh: tokio::sync::Mutex<()>,
 }
 
-/// Verified tokens by SHA-256: their caller and `exp`.
-type Verified = HashMap<[u8; 32], (Arc<Principal>, u64)>;
+/// Verified tokens by the SHA-256 of their signature (the part that makes a token a secret,
+/// kept only hashed; the hash is over its 86 characters rather than the whole token's 500 or
+/// more). A token is the one remembered only when the rest of it, its header and claims (no
+/// secret: anyone holding the token reads them), is the same too, byte for byte.
+type Verified = HashMap<[u8; 32], Seen, foldhash::fast::RandomState>;
+
+/// What is remembered of a verified token.
+struct Seen {
+    /// The token up to its signature (its header and claims, as sent).
+    signed: Box<[u8]>,
+    principal: Arc<Principal>,
+    exp: u64,
+}
 
 /// At most this many verified tokens are remembered (all are forgotten when it is reached).
 const VERIFIED_TOKENS: usize = 10_000;
@@ -168,11 +179,14 @@ impl Auth {
 
     /// The caller a request's bearer token names.
     pub async fn principal(&self, headers: &HeaderMap) -> Result<Arc<Principal>, Denied> {
+        // Read as bytes: visible ASCII (and tabs), as `HeaderValue::to_str` would have it, but
+        // checked as text only when the token is not a remembered one.
         let token = headers
             .get(header::AUTHORIZATION)
-            .and_then(crate::headers::text)
-            .and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")))
-            .map(str::trim)
+            .map(HeaderValue::as_bytes)
+            .filter(|v| crate::headers::visible_or_tab(v))
+            .and_then(|v| v.strip_prefix(b"Bearer ").or_else(|| v.strip_prefix(b"bearer ")))
+            .map(<[u8]>::trim_ascii)
             .ok_or(Denied::Missing)?;
         if let Some(p) = self.api_token(token) {
             return Ok(Arc::new(p));
@@ -180,18 +194,27 @@ impl Auth {
         if self.jwks_url.is_none() {
             return Err(Denied::Invalid("unknown API token".into()));
         }
+        let malformed = || Denied::Invalid("malformed token: not text".into());
         if let Some(introspection) = &self.introspection {
+            let token = std::str::from_utf8(token).map_err(|_| malformed())?;
             return self.introspect(introspection, token).await.map(Arc::new);
         }
-        let digest: [u8; 32] = <sha2::Sha256 as sha2::Digest>::digest(token.as_bytes()).into();
+        // A JWT's parts are split by dots; the signature is the last.
+        let dot = memchr::memrchr(b'.', token).unwrap_or(0);
+        let (signed, signature) = token.split_at(dot);
+        let digest: [u8; 32] = <sha2::Sha256 as sha2::Digest>::digest(signature).into();
         let now = jsonwebtoken::get_current_timestamp();
-        if let Some((principal, exp)) = self.verified.lock().ok().and_then(|v| v.get(&digest).cloned()) {
+        let seen = self.verified.lock().ok().and_then(|v| {
+            v.get(&digest).filter(|seen| *seen.signed == *signed).map(|seen| (seen.principal.clone(), seen.exp))
+        });
+        if let Some((principal, exp)) = seen {
             // The same rule as at the first check: expired once `exp` + leeway has passed.
             if exp.saturating_add(self.leeway_secs) >= now {
                 return Ok(principal);
             }
             return Err(Denied::Invalid("the token does not verify: ExpiredSignature".into()));
         }
+        let token = std::str::from_utf8(token).map_err(|_| malformed())?;
         let head = jsonwebtoken::decode_header(token).map_err(|e| Denied::Invalid(format!("malformed token: {e}")))?;
         if head.alg != Algorithm::EdDSA {
             return Err(Denied::Invalid("unexpected signing algorithm".into()));
@@ -215,14 +238,15 @@ impl Auth {
             if verified.len() >= VERIFIED_TOKENS {
                 verified.clear();
             }
-            verified.insert(digest, (principal.clone(), claims.exp));
+            let seen = Seen { signed: signed.into(), principal: principal.clone(), exp: claims.exp };
+            verified.insert(digest, seen);
         }
         Ok(principal)
     }
 
     /// The principal of a configured API token; every configured hash is compared, in
     /// constant time, so timing tells nothing about which one was close.
-    fn api_token(&self, token: &str) -> Option<Principal> {
+    fn api_token(&self, token: &[u8]) -> Option<Principal> {
         if self.api_tokens.is_empty() {
             return None;
         }

@@ -105,7 +105,13 @@ pub fn visible_ascii(bytes: &[u8]) -> bool {
 /// A header's value as text, under the rule of `HeaderValue::to_str` (visible ASCII and tabs).
 pub fn text(value: &HeaderValue) -> Option<&str> {
     let bytes = value.as_bytes();
-    only_visible(bytes, true).then(|| std::str::from_utf8(bytes).ok()).flatten()
+    visible_or_tab(bytes).then(|| std::str::from_utf8(bytes).ok()).flatten()
+}
+
+/// Whether every byte is visible ASCII or a tab: `HeaderValue::to_str`'s rule, for values read
+/// as bytes.
+pub fn visible_or_tab(bytes: &[u8]) -> bool {
+    only_visible(bytes, true)
 }
 
 /// Whether every byte is visible ASCII, or a tab when `tab` allows it. Checked without stopping

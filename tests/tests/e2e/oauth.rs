@@ -185,6 +185,39 @@ async fn full_flow(env: &[(&str, &str)]) {
         assert_eq!(r.status, 401, "{bad}: {}", r.text);
         assert!(r.headers["www-authenticate"].to_str().expect("ascii").contains("error=\"invalid_token\""));
     }
+
+    // 10. The gateway remembers a verified token by its signature: a token that carries the
+    // signature of one it has let in (`access2`, used in step 7) but another header or other claims
+    // is refused all the same, and the real one still opens /mcp.
+    let list = [("mcp-protocol-version", e2e::MODERN), ("mcp-method", "tools/list")];
+    for forged in reuse_signature(&access2) {
+        let r = client.post(&ping, &[list[0], list[1], ("authorization", &bearer(&forged))]).await;
+        assert_eq!(r.status, 401, "{forged}: {}", r.text);
+        assert!(r.headers["www-authenticate"].to_str().expect("ascii").contains("error=\"invalid_token\""));
+    }
+    let r = client.post(&ping, &[list[0], list[1], ("authorization", &bearer(&access2))]).await;
+    assert_eq!(r.status, 200, "{}", r.text);
+}
+
+/// Tokens with `token`'s signature over another header or other claims: the subject and
+/// scopes changed, a claim added to the header, the claims' encoding given one more character.
+fn reuse_signature(token: &str) -> Vec<String> {
+    use base64::Engine as _;
+    let b64 = base64::engine::general_purpose::URL_SAFE_NO_PAD;
+    let parts: Vec<&str> = token.split('.').collect();
+    assert_eq!(parts.len(), 3, "a JWT: {token}");
+    let decode = |part: &str| -> Value { serde_json::from_slice(&b64.decode(part).expect("base64url")).expect("json") };
+    let encode = |value: &Value| b64.encode(value.to_string());
+    let mut claims = decode(parts[1]);
+    claims["sub"] = json!("someone-else");
+    claims["scope"] = json!("mcp admin");
+    let mut head = decode(parts[0]);
+    head["x"] = json!(1);
+    vec![
+        format!("{}.{}.{}", parts[0], encode(&claims), parts[2]),
+        format!("{}.{}.{}", encode(&head), parts[1], parts[2]),
+        format!("{}.{}A.{}", parts[0], parts[1], parts[2]),
+    ]
 }
 
 #[tokio::test]
