@@ -86,9 +86,9 @@ pub struct Auth {
 }
 
 /// Verified tokens by the SHA-256 of their signature (the part that makes a token a secret,
-/// kept only hashed; the hash is over its 86 characters rather than the whole token's 500 or
-/// more). A token is the one remembered only when the rest of it, its header and claims (no
-/// secret: anyone holding the token reads them), is the same too, byte for byte.
+/// kept only hashed; hashing its 86 characters costs a fraction of hashing the whole token,
+/// several times longer). A token is the one remembered only when the rest of it, its header
+/// and claims (no secret: anyone holding the token reads them), is the same too, byte for byte.
 type Verified = HashMap<[u8; 32], Seen, foldhash::fast::RandomState>;
 
 /// What is remembered of a verified token.
