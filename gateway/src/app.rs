@@ -152,6 +152,7 @@ async fn method_not_allowed() -> Response {
 async fn mcp_get(
     State(gw): State<Arc<Gateway>>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    made_id: Option<axum::Extension<crate::front::MadeRequestId>>,
     headers: HeaderMap,
 ) -> Response {
     if let Err(r) = gw.policy.check(&headers) {
@@ -174,7 +175,8 @@ async fn mcp_get(
         Err(refused) => return refused.into_response(),
     };
     let principal = principal.map(Arc::unwrap_or_clone);
-    let request = pb::ListenRequest { session_id, principal, request_id: header_str(&headers, &REQUEST_ID) };
+    let request_id = request_id(&headers, made_id.as_deref());
+    let request = pb::ListenRequest { session_id, principal, request_id };
     gw.limits.hold_stream(stream, forward::listen(gw.mcp.clone(), request).await)
 }
 
@@ -245,7 +247,7 @@ async fn mcp_post(
     req: Request,
 ) -> Response {
     // The request taken apart (the `HeaderMap` extractor would copy its headers).
-    let (http::request::Parts { headers, .. }, body) = req.into_parts();
+    let (http::request::Parts { headers, extensions, .. }, body) = req.into_parts();
     // A length announced over the limit (hyper's size hint is the parsed `Content-Length`).
     if axum::body::HttpBody::size_hint(&body).lower() > gw.max_body_bytes as u64 {
         return payload_too_large();
@@ -374,7 +376,7 @@ async fn mcp_post(
         principal: principal.map(Arc::unwrap_or_clone),
         transport: pb::Transport::StreamableHttp as i32,
         session_id: header_str(&headers, &headers::SESSION_ID),
-        request_id: header_str(&headers, &REQUEST_ID),
+        request_id: request_id(&headers, extensions.get()),
         accepts_stream: accepts.stream,
         param_headers: param_headers(&headers),
         if_tag: named.as_ref().map(|(tag, _)| tag.clone()).unwrap_or_default(),
@@ -479,6 +481,11 @@ fn param_headers(headers: &HeaderMap) -> std::collections::HashMap<String, Strin
 
 fn header_str(headers: &HeaderMap, name: &HeaderName) -> String {
     headers.get(name).and_then(crate::headers::text).unwrap_or_default().to_owned()
+}
+
+/// The request's id as text: the client's, else the one made for it (`front`).
+fn request_id(headers: &HeaderMap, made: Option<&crate::front::MadeRequestId>) -> String {
+    crate::front::request_id(headers, made).and_then(crate::headers::text).unwrap_or_default().to_owned()
 }
 
 /// Ready while not draining and while mcp-service reports itself serving.

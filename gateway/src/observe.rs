@@ -88,7 +88,7 @@ impl Observed {
     pub fn start(req: &Request) -> (Self, RequestLog) {
         let route = route(req.uri().path());
         let method = req.method();
-        let request_id = req.headers().get(&crate::app::REQUEST_ID).and_then(|v| v.to_str().ok());
+        let request_id = crate::front::request_id(req.headers(), req.extensions().get()).and_then(|v| v.to_str().ok());
         let name = span_name(method, route);
         let span = if mcp_proto::telemetry::traces_on() {
             tracing::info_span!(

@@ -330,6 +330,30 @@ async fn log_lines_carry_trace_and_request_ids() {
     assert_eq!(v["span"]["mcp.era"], "modern", "{line}");
     assert_eq!(v["span"]["http.response.status_code"], r.status, "{line}");
     assert!(!gw.log_text().contains("secret-bearer-value"));
+
+    // Without an id of the client's, the access line carries the one the answer names.
+    let r = client
+        .post(
+            &json!({"jsonrpc": "2.0", "id": 2, "method": "no/such/method", "params": {}}),
+            &[("mcp-protocol-version", MODERN)],
+        )
+        .await;
+    let made = r.headers["x-request-id"].to_str().expect("text").to_owned();
+    let mut line = None;
+    for _ in 0..50 {
+        line = gw
+            .log_text()
+            .lines()
+            .find(|l| l.contains("request refused or failed") && l.contains(&made))
+            .map(str::to_owned);
+        if line.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let line = line.expect("an access log line with the made id");
+    let v: serde_json::Value = serde_json::from_str(&line).expect("a JSON line");
+    assert_eq!(v["span"]["request_id"], made.as_str(), "{line}");
 }
 
 /// `gateway_http_in_flight_requests` counts a request from its arrival to its answer, and a
@@ -425,4 +449,24 @@ async fn mcp_service_lines_carry_their_request() {
     assert_eq!(v["span"]["name"], "mcp.handle", "{line}");
     assert_eq!(v["span"]["request_id"], "req-tool-7", "{line}");
     assert_eq!(v["span"]["mcp.tool"], "broken", "{line}");
+
+    // Without an id of the client's, the one the gateway made and answered with is the one
+    // mcp-service's lines carry, and the gateway's own.
+    let headers = [("mcp-protocol-version", MODERN), ("mcp-method", "tools/call"), ("mcp-name", "broken")];
+    let r = served.client.post(&body, &headers).await;
+    assert_eq!(r.json["result"]["isError"], true, "{}", r.text);
+    let made = r.headers["x-request-id"].to_str().expect("text").to_owned();
+    assert_eq!(made.len(), 36, "a UUID: {made}");
+    let mut lines = Vec::new();
+    for _ in 0..50 {
+        lines = served.gateway.log_text().lines().filter(|l| l.contains(&made)).map(str::to_owned).collect();
+        if lines.iter().any(|l| l.contains("tool failed")) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let line = lines.iter().find(|l| l.contains("tool failed")).expect("the tool's warning with the made id");
+    let v: serde_json::Value = serde_json::from_str(line).expect("a JSON line");
+    assert_eq!(v["span"]["name"], "mcp.handle", "{line}");
+    assert_eq!(v["span"]["request_id"], made.as_str(), "{line}");
 }
