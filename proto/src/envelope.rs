@@ -71,8 +71,9 @@ where
 
 #[derive(Deserialize)]
 struct RawMessage<'a> {
-    #[serde(default, borrow)]
-    jsonrpc: Option<Cow<'a, str>>,
+    /// Raw, read with [`raw_str`]: serde's `Cow` in an `Option` is always an owned copy.
+    #[serde(default, borrow, deserialize_with = "keep_null")]
+    jsonrpc: Option<&'a RawValue>,
     #[serde(default, borrow, deserialize_with = "keep_null")]
     id: Option<&'a RawValue>,
     #[serde(default, borrow, deserialize_with = "keep_null")]
@@ -434,7 +435,7 @@ pub fn parse_message(raw: &str) -> Result<Envelope<'_>, EnvelopeError> {
     let echo_id = msg.id.filter(|id| is_valid_id(id)).map(|id| id.get().to_owned());
     let invalid = |reason: &str| EnvelopeError::Invalid { id: echo_id.clone(), reason: reason.to_owned() };
 
-    if msg.jsonrpc.as_deref() != Some("2.0") {
+    if msg.jsonrpc.and_then(raw_str).as_deref() != Some("2.0") {
         return Err(invalid("`jsonrpc` must be \"2.0\""));
     }
     if let Some(id) = msg.id
@@ -663,11 +664,18 @@ mod tests {
         ] {
             assert!(matches!(parse_body(bad.as_bytes()), Err(EnvelopeError::Invalid { .. })), "{bad}");
         }
-        // The id is echoed when it is legal.
-        match parse_body(br#"{"jsonrpc":"1.0","id":7,"method":"ping"}"#) {
-            Err(EnvelopeError::Invalid { id, .. }) => assert_eq!(id.as_deref(), Some("7")),
-            other => panic!("{other:?}"),
+        // The id is echoed when it is legal, whatever `jsonrpc` holds instead of "2.0".
+        for bad in [r#""1.0""#, "2", "null", r#"["2.0"]"#, r#"{"v":"2.0"}"#, r#""2.0 ""#] {
+            let message = format!(r#"{{"jsonrpc":{bad},"id":7,"method":"ping"}}"#);
+            match parse_body(message.as_bytes()) {
+                Err(EnvelopeError::Invalid { id, reason }) => {
+                    assert_eq!((id.as_deref(), reason.as_str()), (Some("7"), "`jsonrpc` must be \"2.0\""), "{bad}")
+                }
+                other => panic!("{bad}: {other:?}"),
+            }
         }
+        // "2.0" written with an escape is "2.0".
+        assert!(parse_body(br#"{"jsonrpc":"2\u002e0","id":7,"method":"ping"}"#).is_ok());
     }
 
     #[test]
