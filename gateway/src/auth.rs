@@ -86,9 +86,10 @@ pub struct Auth {
 }
 
 /// Verified tokens by the SHA-256 of their signature (the part that makes a token a secret,
-/// kept only hashed; hashing its 86 characters costs a fraction of hashing the whole token,
-/// several times longer). A token is the one remembered only when the rest of it, its header
-/// and claims (no secret: anyone holding the token reads them), is the same too, byte for byte.
+/// kept only hashed; from the last dot on, 87 bytes for an EdDSA token: hashing it costs a
+/// fraction of hashing the whole token, several times longer). A token is the one remembered
+/// only when the rest of it, its header and claims (no secret: anyone holding the token reads
+/// them), is the same too, byte for byte. Keyed by digests, so foldhash serves.
 type Verified = HashMap<[u8; 32], Seen, foldhash::fast::RandomState>;
 
 /// What is remembered of a verified token.
@@ -100,6 +101,7 @@ struct Seen {
 }
 
 /// At most this many verified tokens are remembered (all are forgotten when it is reached).
+/// Each keeps its header and claims, a few hundred bytes: at most a few megabytes in all.
 const VERIFIED_TOKENS: usize = 10_000;
 
 #[derive(Deserialize)]
@@ -180,7 +182,7 @@ impl Auth {
     /// The caller a request's bearer token names.
     pub async fn principal(&self, headers: &HeaderMap) -> Result<Arc<Principal>, Denied> {
         // Read as bytes: visible ASCII (and tabs), as `HeaderValue::to_str` would have it, but
-        // checked as text only when the token is not a remembered one.
+        // made text (which visible ASCII always is) only when the token is not a remembered one.
         let token = headers
             .get(header::AUTHORIZATION)
             .map(HeaderValue::as_bytes)

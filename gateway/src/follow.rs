@@ -46,13 +46,14 @@ pub struct SessionFollower {
     /// Ends applied, streams started or lost, knowledge dropped so far: a reply that crossed
     /// while this changed teaches nothing (the session may have ended meanwhile).
     forgotten: AtomicU64,
-    /// Seeded at random per process: the whole id is compared by this hash. foldhash, not
-    /// SipHash (about 500 instructions a request for an id of some 150 characters): the seal,
-    /// mcp-service's MAC over the rest, is matched exactly, as the map's key; the rest is
-    /// compared so that only the very id mcp-service answered is answered here, though an id
-    /// of another payload and the same seal would only be taken for that session, whose seal
-    /// its bearer holds already (its revision and expiry are the ones learnt, not the id's).
-    hasher: foldhash::quality::RandomState,
+    /// The whole id is compared by this hash. foldhash, not SipHash (about 500 instructions a
+    /// request for an id of some 150 characters), and nothing here rests on its seed being
+    /// unpredictable: the seal, mcp-service's MAC over the rest, is matched exactly, as the
+    /// map's key; the rest is compared so that only the very id mcp-service answered is
+    /// answered here, but an id of another payload and the same seal would only be taken for
+    /// that session, whose seal its bearer holds already (the revision and expiry used are the
+    /// ones learnt, not the id's).
+    hasher: foldhash::fast::RandomState,
     /// The replicas as the balanced channel lists them (set by [`SessionFollower::follow`]):
     /// a session is learnt only while every one of them is followed.
     replicas: Mutex<Option<Replicas>>,
@@ -84,7 +85,7 @@ impl Default for SessionFollower {
             trusted_until: RwLock::new(None),
             known: RwLock::default(),
             forgotten: AtomicU64::new(0),
-            hasher: foldhash::quality::RandomState::default(),
+            hasher: foldhash::fast::RandomState::default(),
             replicas: Mutex::new(None),
             next_generation: AtomicU64::new(1),
         }

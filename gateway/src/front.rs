@@ -172,6 +172,10 @@ mod tests {
             if let Some(id) = request_id(req.headers(), req.extensions().get()) {
                 resp.headers_mut().insert("seen-id", id.clone());
             }
+            // A made id travels beside the headers, not among them.
+            if req.headers().contains_key(&ID) {
+                resp.headers_mut().insert("id-in-headers", HeaderValue::from_static("yes"));
+            }
             std::future::ready(Ok(resp))
         })
     }
@@ -212,7 +216,7 @@ mod tests {
             let mut ours = all(&ours);
             // The request id's echo is ours alone; the rest is the layer's answer.
             assert_eq!(ours.iter().filter(|(n, v)| n == "seen-id" && v == "r-1").count(), 1, "{method}");
-            ours.retain(|(n, _)| n != "seen-id" && n != "x-request-id");
+            ours.retain(|(n, _)| !["seen-id", "id-in-headers", "x-request-id"].contains(&n.as_str()));
             assert_eq!(ours, all(&theirs), "{method}");
         }
         // With an origin, and a preflight, the layer answers (its grant, its preflight).
@@ -242,6 +246,8 @@ mod tests {
         let made = answer(front.clone(), request(Method::POST, &[])).await;
         let id = made.headers()[&ID].to_str().expect("text");
         assert_eq!(made.headers()["seen-id"], id, "the request carries the id it is answered with");
+        assert!(made.headers().get("id-in-headers").is_none(), "a made id is not put among the headers");
+        assert!(kept.headers().get("id-in-headers").is_some(), "the client's is there");
         assert!(uuid::Uuid::parse_str(id).is_ok_and(|u| u.get_version_num() == 4), "{id}");
         let again = answer(front.clone(), request(Method::POST, &[])).await;
         assert_ne!(again.headers()[&ID], id, "a new id per request");

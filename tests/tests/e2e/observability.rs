@@ -451,7 +451,7 @@ async fn mcp_service_lines_carry_their_request() {
     assert_eq!(v["span"]["mcp.tool"], "broken", "{line}");
 
     // Without an id of the client's, the one the gateway made and answered with is the one
-    // mcp-service's lines carry, and the gateway's own.
+    // mcp-service's lines carry (the gateway's own: `log_lines_carry_trace_and_request_ids`).
     let headers = [("mcp-protocol-version", MODERN), ("mcp-method", "tools/call"), ("mcp-name", "broken")];
     let r = served.client.post(&body, &headers).await;
     assert_eq!(r.json["result"]["isError"], true, "{}", r.text);
