@@ -68,6 +68,8 @@ pub enum ClientCommand {
     List,
     /// Remove a client and revoke its grants.
     Remove {
+        /// Taken as it is even when it begins with `-` (ids are random Base64url: one in 64 does).
+        #[arg(allow_hyphen_values = true)]
         client_id: String,
     },
 }
@@ -80,6 +82,8 @@ pub enum ConsentCommand {
     /// Forget a consent and revoke the grants that came with it.
     Revoke {
         user: String,
+        /// Taken as it is even when it begins with `-`.
+        #[arg(allow_hyphen_values = true)]
         client_id: String,
     },
 }
@@ -216,5 +220,27 @@ async fn consent(c: ConsentCommand, store: &Store) -> Result<String, String> {
                 false => Err(format!("{user} has no consent for {client_id}")),
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser as _;
+
+    #[test]
+    fn a_client_id_may_begin_with_a_hyphen() {
+        let parse = |args: &[&str]| crate::config::Cli::try_parse_from(args).map(|cli| cli.command);
+        let removed = parse(&["oauth-service", "client", "remove", "-uX1", "--data-dir", "d"]).expect("parses");
+        assert!(
+            matches!(&removed, Some(Command::Client(ClientCommand::Remove { client_id })) if client_id == "-uX1"),
+            "{removed:?}"
+        );
+        let revoked = parse(&["oauth-service", "consent", "revoke", "bob", "-uX1", "--data-dir", "d"]).expect("parses");
+        assert!(
+            matches!(&revoked, Some(Command::Consent(ConsentCommand::Revoke { user, client_id }))
+                if user == "bob" && client_id == "-uX1"),
+            "{revoked:?}"
+        );
     }
 }
