@@ -174,6 +174,17 @@ impl Proc {
     pub fn log_text(&self) -> String {
         self.logs.lock().expect("logs").join("\n")
     }
+
+    /// The first log line `wanted` holds for, waiting up to 2.5 s for it to be written.
+    pub async fn log_line(&self, wanted: impl Fn(&str) -> bool) -> Option<String> {
+        for _ in 0..50 {
+            if let Some(line) = self.logs.lock().expect("logs").iter().find(|l| wanted(l)) {
+                return Some(line.clone());
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        None
+    }
 }
 
 /// A whole deployment; `url` is the gateway's MCP endpoint.

@@ -313,15 +313,7 @@ async fn log_lines_carry_trace_and_request_ids() {
         )
         .await;
     assert!(r.status >= 400, "{}", r.text);
-    let mut line = None;
-    for _ in 0..50 {
-        line = gw.log_text().lines().find(|l| l.contains("request refused or failed")).map(str::to_owned);
-        if line.is_some() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    let line = line.expect("an access log line");
+    let line = gw.log_line(|l| l.contains("request refused or failed")).await.expect("an access log line");
     let v: serde_json::Value = serde_json::from_str(&line).expect("a JSON line");
     assert_eq!(v["span"]["trace_id"], trace_id, "{line}");
     assert_eq!(v["span"]["request_id"], "req-e2e-42", "{line}");
@@ -339,19 +331,10 @@ async fn log_lines_carry_trace_and_request_ids() {
         )
         .await;
     let made = r.headers["x-request-id"].to_str().expect("text").to_owned();
-    let mut line = None;
-    for _ in 0..50 {
-        line = gw
-            .log_text()
-            .lines()
-            .find(|l| l.contains("request refused or failed") && l.contains(&made))
-            .map(str::to_owned);
-        if line.is_some() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    let line = line.expect("an access log line with the made id");
+    let line = gw
+        .log_line(|l| l.contains("request refused or failed") && l.contains(&made))
+        .await
+        .expect("an access log line with the made id");
     let v: serde_json::Value = serde_json::from_str(&line).expect("a JSON line");
     assert_eq!(v["span"]["request_id"], made.as_str(), "{line}");
 }
@@ -434,15 +417,7 @@ async fn mcp_service_lines_carry_their_request() {
         .await;
     assert_eq!(r.status, 200, "{}", r.text);
     assert_eq!(r.json["result"]["isError"], true, "{}", r.text);
-    let mut line = None;
-    for _ in 0..50 {
-        line = served.gateway.log_text().lines().find(|l| l.contains("tool failed")).map(str::to_owned);
-        if line.is_some() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    let line = line.expect("the tool's warning");
+    let line = served.gateway.log_line(|l| l.contains("tool failed")).await.expect("the tool's warning");
     assert_eq!(line.matches("\"span\"").count(), 1, "{line}");
     let v: serde_json::Value = serde_json::from_str(&line).expect("a JSON line");
     assert_eq!(v["level"], "WARN", "{line}");
@@ -457,16 +432,12 @@ async fn mcp_service_lines_carry_their_request() {
     assert_eq!(r.json["result"]["isError"], true, "{}", r.text);
     let made = r.headers["x-request-id"].to_str().expect("text").to_owned();
     assert_eq!(made.len(), 36, "a UUID: {made}");
-    let mut lines = Vec::new();
-    for _ in 0..50 {
-        lines = served.gateway.log_text().lines().filter(|l| l.contains(&made)).map(str::to_owned).collect();
-        if lines.iter().any(|l| l.contains("tool failed")) {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    let line = lines.iter().find(|l| l.contains("tool failed")).expect("the tool's warning with the made id");
-    let v: serde_json::Value = serde_json::from_str(line).expect("a JSON line");
+    let line = served
+        .gateway
+        .log_line(|l| l.contains("tool failed") && l.contains(&made))
+        .await
+        .expect("the tool's warning with the made id");
+    let v: serde_json::Value = serde_json::from_str(&line).expect("a JSON line");
     assert_eq!(v["span"]["name"], "mcp.handle", "{line}");
     assert_eq!(v["span"]["request_id"], made.as_str(), "{line}");
 }
