@@ -361,11 +361,11 @@ async fn mcp_post(
             }
         }
         match held {
-            Some(crate::cache::Held::Fresh(result)) => {
+            Some(crate::cache::Held::Fresh(tail)) => {
                 cache_outcome("hit").increment(1);
-                return forward::json_response(StatusCode::OK, crate::cache::reply_body(id, result));
+                return forward::json_response(StatusCode::OK, crate::cache::reply_body(id, tail));
             }
-            Some(crate::cache::Held::Named { tag, result }) => named = Some((tag, result)),
+            Some(crate::cache::Held::Named { tag, tail }) => named = Some((tag, tail)),
             None => {}
         }
     }
@@ -398,11 +398,11 @@ async fn mcp_post(
     }
     if let (Some(key), Some(id)) = (cache_key, &id) {
         match (resp.extensions_mut().remove::<crate::cache::Reusable>(), named) {
-            (Some(reusable), Some((tag, result))) if reusable.unchanged && reusable.tag == tag => {
+            (Some(reusable), Some((tag, tail))) if reusable.unchanged && reusable.tag == tag => {
                 // The result held stands: it is the answer.
                 cache_outcome("confirmed").increment(1);
                 gw.cache.renew(&key, &reusable);
-                *resp.body_mut() = crate::cache::reply_body(id, result);
+                *resp.body_mut() = crate::cache::reply_body(id, tail);
             }
             (Some(reusable), _) if reusable.unchanged => {
                 tracing::warn!("mcp-service confirmed a result this request did not hold");

@@ -68,10 +68,10 @@ pub struct Reusable {
 /// What the cache holds for a request.
 #[derive(Debug)]
 pub enum Held {
-    /// A result within its `ttlMs`: the answer.
+    /// A result within its `ttlMs`: the answer (its [`Entry::tail`]).
     Fresh(Bytes),
     /// A named result past its `ttlMs`: the answer if mcp-service says it still stands.
-    Named { tag: String, result: Bytes },
+    Named { tag: String, tail: Bytes },
 }
 
 struct Entry {
@@ -79,9 +79,12 @@ struct Entry {
     expires: Instant,
     /// Empty when the result has no name (it is of no use past `expires`).
     tag: String,
-    /// The `result` value, serialized: a copy of its own, so that keeping it does not keep
-    /// the whole gRPC buffer the reply arrived in.
-    result: Bytes,
+    /// The reply from its `result` on: the result serialized and the reply's closing brace,
+    /// so that a large one goes out as the reply's head and this, which hyper writes in one
+    /// vectored write (with the brace apart, it wrote the brace in a second system call, a
+    /// second segment for the client to wait for). A copy of its own, so that keeping it does
+    /// not keep the whole gRPC buffer the reply arrived in.
+    tail: Bytes,
 }
 
 /// What an entry costs beyond its key, result and tag: the map's slot (key and entry) with the
@@ -92,7 +95,7 @@ const ENTRY_OVERHEAD: usize = size_of::<(Box<[u8]>, Entry)>() + 96;
 impl Entry {
     /// What keeping this entry under a key of `key_len` bytes costs.
     fn cost(&self, key_len: usize) -> usize {
-        key_len + self.result.len() + self.tag.len() + ENTRY_OVERHEAD
+        key_len + self.tail.len() + self.tag.len() + ENTRY_OVERHEAD
     }
 }
 
@@ -240,9 +243,9 @@ impl ResultCache {
         let entries = self.entries.read().ok()?;
         let entry = entries.map.get(key).filter(|e| e.fingerprint == current)?;
         if entry.expires > Instant::now() {
-            Some(Held::Fresh(entry.result.clone()))
+            Some(Held::Fresh(entry.tail.clone()))
         } else if !entry.tag.is_empty() {
-            Some(Held::Named { tag: entry.tag.clone(), result: entry.result.clone() })
+            Some(Held::Named { tag: entry.tag.clone(), tail: entry.tail.clone() })
         } else {
             None
         }
@@ -265,9 +268,9 @@ impl ResultCache {
         if reply.fingerprint == 0 || reply.fingerprint != self.fingerprint.load(Ordering::Acquire) || reply.unchanged {
             return;
         }
-        let Some(result) = result_of(&reply.json, id) else { return };
+        let Some(tail) = tail_of(&reply.json, id) else { return };
         // No single result may take more than an eighth of the budget.
-        if result.len() > self.budget / 8 {
+        if tail.len() > self.budget / 8 {
             return;
         }
         let key_len = key.len();
@@ -276,7 +279,7 @@ impl ResultCache {
             fingerprint: reply.fingerprint,
             expires: Instant::now() + Duration::from_millis(reply.ttl_ms),
             tag: reply.tag.clone(),
-            result: Bytes::copy_from_slice(result),
+            tail: Bytes::copy_from_slice(tail),
         };
         let size = entry.cost(key_len);
         let Ok(mut entries) = self.entries.write() else { return };
@@ -392,23 +395,24 @@ fn make_key(prefix: &[&[u8]], method: &str, header_version: Option<&str>, params
 /// much or up to 7 % more than copied.
 const SPLICE_FROM: usize = 4 * 1024;
 
-/// The body of the reply to request `id` (raw JSON) carrying a kept `result`.
-pub fn reply_body(id: &str, result: Bytes) -> axum::body::Body {
-    if result.len() < SPLICE_FROM {
-        return axum::body::Body::from(mcp_proto::jsonrpc::result_serialized(Some(id), &result));
+/// The body of the reply to request `id` (raw JSON) from a kept [`Entry::tail`].
+pub fn reply_body(id: &str, tail: Bytes) -> axum::body::Body {
+    if tail.len() < SPLICE_FROM {
+        let mut reply = mcp_proto::jsonrpc::result_head(Some(id), tail.len() + 48);
+        reply.extend_from_slice(&tail);
+        return axum::body::Body::from(reply);
     }
-    axum::body::Body::new(Pieces { parts: reply_parts(id, result), next: 0 })
+    axum::body::Body::new(Pieces { parts: reply_parts(id, tail), next: 0 })
 }
 
-/// The reply to request `id` in three pieces: what comes before the result, the result, and
-/// what comes after it.
-fn reply_parts(id: &str, result: Bytes) -> [Bytes; 3] {
-    [mcp_proto::jsonrpc::result_head(Some(id), 0).into(), result, Bytes::from_static(b"}")]
+/// The reply to request `id` in two pieces: what comes before the result, and the kept tail.
+fn reply_parts(id: &str, tail: Bytes) -> [Bytes; 2] {
+    [mcp_proto::jsonrpc::result_head(Some(id), 0).into(), tail]
 }
 
 /// A body sent as the pieces it is made of, its length known (a `Content-Length` reply).
 struct Pieces {
-    parts: [Bytes; 3],
+    parts: [Bytes; 2],
     next: usize,
 }
 
@@ -439,15 +443,16 @@ impl http_body::Body for Pieces {
     }
 }
 
-/// The `result` member of a reply serialized as `mcp_proto::jsonrpc::result` writes it.
-fn result_of<'a>(reply: &'a [u8], id: &str) -> Option<&'a [u8]> {
+/// A reply serialized as `mcp_proto::jsonrpc::result` writes it, from its `result` on (the
+/// result and the closing brace).
+fn tail_of<'a>(reply: &'a [u8], id: &str) -> Option<&'a [u8]> {
     let prefix_len = br#"{"jsonrpc":"2.0","id":"#.len() + id.len() + br#","result":"#.len();
     let ok = reply.len() > prefix_len
         && reply.starts_with(br#"{"jsonrpc":"2.0","id":"#)
         && reply[br#"{"jsonrpc":"2.0","id":"#.len()..].starts_with(id.as_bytes())
         && reply[prefix_len - br#","result":"#.len()..].starts_with(br#","result":"#)
         && reply.ends_with(b"}");
-    ok.then(|| &reply[prefix_len..reply.len() - 1])
+    ok.then(|| &reply[prefix_len..])
 }
 
 #[cfg(test)]
@@ -469,7 +474,7 @@ mod tests {
     /// The reply to `id` from a result held fresh for `key`.
     fn fresh(cache: &ResultCache, key: &[u8], id: &str) -> Option<Vec<u8>> {
         match cache.held(key)? {
-            Held::Fresh(result) => Some(reply_parts(id, result).concat()),
+            Held::Fresh(tail) => Some(reply_parts(id, tail).concat()),
             Held::Named { .. } => None,
         }
     }
@@ -575,7 +580,7 @@ mod tests {
         let reply = reusable(r#"{"jsonrpc":"2.0","id":1,"result":{"tools":[]}}"#, 1);
         cache.keep(key.clone(), "1", &reply);
         let entries = cache.entries.read().expect("lock");
-        let kept = entries.map.get(&key).expect("kept").result.as_ptr_range();
+        let kept = entries.map.get(&key).expect("kept").tail.as_ptr_range();
         let buffer = reply.json.as_ptr_range();
         assert!(kept.end <= buffer.start || kept.start >= buffer.end, "the result is a copy");
     }
@@ -592,9 +597,9 @@ mod tests {
         // Named: held for mcp-service to confirm, under its name.
         cache.keep(key.clone(), "1", &Reusable { ttl_ms: 0, tag: "t1".into(), ..reusable(json, 3) });
         match cache.held(&key) {
-            Some(Held::Named { tag, result }) => {
+            Some(Held::Named { tag, tail }) => {
                 assert_eq!(tag, "t1");
-                assert_eq!(&result[..], br#"{"contents":[]}"#);
+                assert_eq!(&tail[..], br#"{"contents":[]}}"#);
             }
             other => panic!("expected a named result, got {other:?}"),
         }
@@ -622,32 +627,33 @@ mod tests {
     async fn a_large_result_is_sent_from_the_kept_bytes_with_its_length() {
         use http_body_util::BodyExt as _;
         let text = "x".repeat(SPLICE_FROM * 2);
-        let result = Bytes::from(format!(r#"{{"contents":[{{"text":"{text}"}}]}}"#));
-        let body = reply_body(r#""r-1""#, result.clone());
-        let expected = format!(r#"{{"jsonrpc":"2.0","id":"r-1","result":{}}}"#, String::from_utf8_lossy(&result));
+        let tail = Bytes::from(format!(r#"{{"contents":[{{"text":"{text}"}}]}}}}"#));
+        let body = reply_body(r#""r-1""#, tail.clone());
+        let expected = format!(r#"{{"jsonrpc":"2.0","id":"r-1","result":{}"#, String::from_utf8_lossy(&tail));
         assert_eq!(http_body::Body::size_hint(&body).exact(), Some(expected.len() as u64));
         let mut body = body;
         let mut frames = Vec::new();
         while let Some(frame) = body.frame().await {
             frames.push(frame.expect("frame").into_data().expect("data"));
         }
-        assert_eq!(frames.len(), 3, "head, result, tail");
-        assert_eq!(frames[1].as_ptr(), result.as_ptr(), "the result is not copied");
+        // One piece after the head: hyper writes both in one vectored write.
+        assert_eq!(frames.len(), 2, "head, then the result with the closing brace");
+        assert_eq!(frames[1].as_ptr(), tail.as_ptr(), "the result is not copied");
         assert_eq!(frames.concat(), expected.as_bytes());
         // A small result goes out in one piece.
-        let small = reply_body("7", Bytes::from_static(b"{}"));
+        let small = reply_body("7", Bytes::from_static(b"{}}"));
         assert_eq!(small.collect().await.expect("body").to_bytes(), &br#"{"jsonrpc":"2.0","id":7,"result":{}}"#[..]);
         // In pieces from the threshold on, copied just below it; the same reply either way.
-        for (size, pieces) in [(SPLICE_FROM - 1, 1), (SPLICE_FROM, 3)] {
-            let result = Bytes::from(format!(r#"["{}"]"#, "y".repeat(size - 4)));
-            assert_eq!(result.len(), size);
-            let mut body = reply_body("8", result.clone());
+        for (size, pieces) in [(SPLICE_FROM - 1, 1), (SPLICE_FROM, 2)] {
+            let tail = Bytes::from(format!(r#"["{}"]}}"#, "y".repeat(size - 5)));
+            assert_eq!(tail.len(), size);
+            let mut body = reply_body("8", tail.clone());
             let mut frames = Vec::new();
             while let Some(frame) = body.frame().await {
                 frames.push(frame.expect("frame").into_data().expect("data"));
             }
             assert_eq!(frames.len(), pieces, "size {size}");
-            let expected = format!(r#"{{"jsonrpc":"2.0","id":8,"result":{}}}"#, String::from_utf8_lossy(&result));
+            let expected = format!(r#"{{"jsonrpc":"2.0","id":8,"result":{}"#, String::from_utf8_lossy(&tail));
             assert_eq!(frames.concat(), expected.as_bytes(), "size {size}");
         }
     }
