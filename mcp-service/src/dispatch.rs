@@ -34,6 +34,8 @@ pub struct Engine {
     /// The gateways that follow the ends of this engine's sessions.
     pub(crate) followers: crate::follow::Followers,
     pub(crate) pending: Pending,
+    /// Held reads' questions to the registry, asked together.
+    pub(crate) confirmations: crate::confirm::Confirmations,
     pub(crate) shutdown: CancellationToken,
 }
 
@@ -134,6 +136,7 @@ impl Engine {
             sessions,
             followers: crate::follow::Followers::default(),
             pending: Pending::default(),
+            confirmations: crate::confirm::Confirmations::default(),
             shutdown,
         });
         tokio::spawn(methods::subscriptions::notify_sessions(engine.clone()));

@@ -13,12 +13,14 @@
 //! - [`paging`]: opaque cursors.
 //! - [`session`]: legacy sessions; [`follow`]: the gateways that follow their ends.
 //! - [`error`]: protocol errors and their one mapping to JSON-RPC codes.
+//! - [`confirm`]: held reads' questions to the registry, asked together.
 //! - [`server`]: the gRPC service; [`grpc_server`]: its connections over the network;
 //!   [`stdio`]: the stdio transport.
 //! - [`entry`]: the `main` of the `mcp-service` and `mcp-service-remote` binaries.
 
 pub mod catalog;
 pub mod config;
+pub mod confirm;
 pub mod context;
 pub mod dispatch;
 pub mod entry;

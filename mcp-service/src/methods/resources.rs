@@ -31,7 +31,7 @@ pub fn list_templates(req: &Request<'_>, catalog: &CatalogView, page_size: usize
 /// is asked whether its contents still have it: if so, neither the registry nor this service
 /// sends them again, and the answer is [`Payload::Unchanged`]. The request itself is checked
 /// as any other (a legacy one's session included), and so is the caller's access by the
-/// registry.
+/// registry. Identical such questions in flight together are asked once ([`crate::confirm`]).
 pub(crate) async fn read(engine: &Engine, req: &Request<'_>, catalog: &CatalogView) -> Result<Payload, Error> {
     let uri = req.required_str("uri")?;
     let capabilities = serde_json::to_vec(&req.client_capabilities()).unwrap_or_default();
@@ -61,11 +61,15 @@ pub(crate) async fn read(engine: &Engine, req: &Request<'_>, catalog: &CatalogVi
         let mut registry = engine.registry.clone();
         let held = held.clone();
         async move {
-            let result = registry
-                .read_resource(mcp_proto::trust::outgoing(read))
-                .await
-                .map_err(|s| from_registry(s, not_found))?
-                .into_inner();
+            let ask = |read| async move { registry.read_resource(mcp_proto::trust::outgoing(read)).await };
+            // A held read's question is asked together with the same ones in flight; the
+            // others (a first read, a template's) each carry their own contents.
+            let answer = if read.if_tag.is_empty() {
+                ask(read).await.map(tonic::Response::into_inner)
+            } else {
+                engine.confirmations.ask(read, |read| async { ask(read).await.map(tonic::Response::into_inner) }).await
+            };
+            let result = answer.map_err(|s| from_registry(s, not_found))?;
             let (contents, tag) = (result.contents_json, result.tag);
             if result.unchanged {
                 // Only ever an answer to the tag sent.
