@@ -28,13 +28,27 @@ pub fn status_of(d: Disposition) -> StatusCode {
 
 pub use mcp_proto::trust::outgoing as traced;
 
+/// Room for this many headers in an answer's header map. hyper empties an answer's map once
+/// it has written it and parses the connection's next request into it, growing it (a new
+/// allocation, every header moved and hashed again) when that request has more headers than
+/// the map has room for: one made for the answer's few headers has room for six, fewer than
+/// a signed-in client, or an SDK's, sends (about 600 instructions a request to grow).
+pub const ANSWER_HEADERS: usize = 12;
+
+/// An answer with `body`, its header map made with room for [`ANSWER_HEADERS`].
+pub fn answer(body: Body) -> Response {
+    let mut resp = Response::new(body);
+    *resp.headers_mut() = http::HeaderMap::with_capacity(ANSWER_HEADERS);
+    resp
+}
+
 /// A JSON-RPC error produced at the edge.
 pub fn rpc_error(status: StatusCode, id: Option<&str>, code: ErrorCode, message: &str) -> Response {
     json_response(status, mcp_proto::jsonrpc::error(id, code, message, None))
 }
 
 pub fn json_response(status: StatusCode, json: impl Into<Body>) -> Response {
-    let mut resp = Response::new(json.into());
+    let mut resp = answer(json.into());
     *resp.status_mut() = status;
     resp.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
     resp
@@ -43,7 +57,7 @@ pub fn json_response(status: StatusCode, json: impl Into<Body>) -> Response {
 fn final_response(frame: pb::McpFrame) -> Response {
     let disposition = frame.disposition();
     let mut resp = if disposition == Disposition::Accepted {
-        let mut r = Response::new(Body::empty());
+        let mut r = answer(Body::empty());
         *r.status_mut() = StatusCode::ACCEPTED;
         r
     } else {
@@ -226,4 +240,39 @@ pub async fn listen(mut client: McpServiceClient<GrpcChannel>, request: pb::List
     resp.headers_mut().insert("x-accel-buffering", HeaderValue::from_static("no"));
     resp.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
     resp
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What hyper does with an answer's header map once written: empties it and parses the
+    /// next request's headers into it. Whether the map had to grow for `headers` of them.
+    fn grows_for(mut map: http::HeaderMap, headers: usize) -> bool {
+        map.clear();
+        let room = map.capacity();
+        map.reserve(headers);
+        for i in 0..headers {
+            map.append(
+                http::HeaderName::try_from(format!("x-header-{i}")).expect("a name"),
+                HeaderValue::from_static("v"),
+            );
+        }
+        map.capacity() != room
+    }
+
+    #[test]
+    fn an_answers_header_map_has_room_for_a_signed_in_clients_request() {
+        for resp in
+            [json_response(StatusCode::OK, "{}"), rpc_error(StatusCode::BAD_REQUEST, None, ErrorCode::PARSE_ERROR, "x")]
+        {
+            assert!(resp.headers().capacity() >= ANSWER_HEADERS);
+            assert!(!grows_for(resp.into_parts().0.headers, ANSWER_HEADERS));
+        }
+        // A map made as it comes (the answer's one header) grows for a seventh.
+        let mut plain = http::HeaderMap::new();
+        plain.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        assert!(!grows_for(plain.clone(), 6));
+        assert!(grows_for(plain, 7));
+    }
 }
