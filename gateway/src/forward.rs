@@ -32,7 +32,7 @@ pub use mcp_proto::trust::outgoing as traced;
 /// it has written it and parses the connection's next request into it, growing it (a new
 /// allocation, every header moved and hashed again) when that request has more headers than
 /// the map has room for: one made for the answer's few headers has room for six, fewer than
-/// a signed-in client, or an SDK's, sends (about 600 instructions a request to grow).
+/// a signed-in client, or an SDK's, sends (growing cost about 300 instructions a request).
 pub const ANSWER_HEADERS: usize = 12;
 
 /// An answer with `body`, its header map made with room for [`ANSWER_HEADERS`].
