@@ -80,16 +80,16 @@ struct Entry {
     /// Empty when the result has no name (it is of no use past `expires`).
     tag: String,
     /// The reply from its `result` on: the result serialized and the reply's closing brace,
-    /// so that a large one goes out as the reply's head and this, which hyper writes in one
-    /// vectored write (with the brace apart, it wrote the brace in a second system call, a
-    /// second segment for the client to wait for). A copy of its own, so that keeping it does
-    /// not keep the whole gRPC buffer the reply arrived in.
+    /// so that a large one goes out as the reply's head and this. With the brace a piece of its
+    /// own, hyper (its buffer full from about 400 KiB) wrote the brace in a system call of its
+    /// own once the rest had gone, a segment more for the client to wait for. A copy of its
+    /// own, so that keeping it does not keep the whole gRPC buffer the reply arrived in.
     tail: Bytes,
 }
 
-/// What an entry costs beyond its key, result and tag: the map's slot (key and entry) with the
-/// map's slack, and the headers of its allocations (key, result, the result's shared count,
-/// tag): counted so that many small results stay within the budget too.
+/// What an entry costs beyond its key, tail and tag: the map's slot (key and entry) with the
+/// map's slack, and the headers of its allocations (key, tail, the tail's shared count, tag):
+/// counted so that many small results stay within the budget too.
 const ENTRY_OVERHEAD: usize = size_of::<(Box<[u8]>, Entry)>() + 96;
 
 impl Entry {
@@ -389,8 +389,9 @@ fn make_key(prefix: &[&[u8]], method: &str, header_version: Option<&str>, params
     key.into_boxed_slice()
 }
 
-/// Results from this size on are sent from the kept bytes rather than copied into one reply
-/// (written out with the reply's head in one vectored write). Measured: a page of 100 tools
+/// Tails from this size on are sent from the kept bytes rather than copied into one reply
+/// (written out with the reply's head in vectored writes). Measured (the result and its brace
+/// then apart): a page of 100 tools
 /// (about 20 KiB) costs the gateway 5-11 % less so; the 1.1 KiB page of 5 tools sent so cost as
 /// much or up to 7 % more than copied.
 const SPLICE_FROM: usize = 4 * 1024;
@@ -398,7 +399,8 @@ const SPLICE_FROM: usize = 4 * 1024;
 /// The body of the reply to request `id` (raw JSON) from a kept [`Entry::tail`].
 pub fn reply_body(id: &str, tail: Bytes) -> axum::body::Body {
     if tail.len() < SPLICE_FROM {
-        let mut reply = mcp_proto::jsonrpc::result_head(Some(id), tail.len() + 48);
+        // The head is 32 bytes and the id.
+        let mut reply = mcp_proto::jsonrpc::result_head(Some(id), 32 + id.len() + tail.len());
         reply.extend_from_slice(&tail);
         return axum::body::Body::from(reply);
     }

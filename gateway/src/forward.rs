@@ -29,10 +29,11 @@ pub fn status_of(d: Disposition) -> StatusCode {
 pub use mcp_proto::trust::outgoing as traced;
 
 /// Room for this many headers in an answer's header map. hyper empties an answer's map once
-/// it has written it and parses the connection's next request into it, growing it (a new
-/// allocation, every header moved and hashed again) when that request has more headers than
-/// the map has room for: one made for the answer's few headers has room for six, fewer than
-/// a signed-in client, or an SDK's, sends (growing cost about 300 instructions a request).
+/// it has written it and parses the connection's next request into it, making its table and
+/// entries again (two allocations, two frees) when that request has more headers than the map
+/// has room for: one made for the answer's few headers has room for six, fewer than a
+/// signed-in client, or an SDK's, sends (about 300 instructions a request). Answers made
+/// elsewhere (event streams, the edge's refusals) keep the default.
 pub const ANSWER_HEADERS: usize = 12;
 
 /// An answer with `body`, its header map made with room for [`ANSWER_HEADERS`].
@@ -270,9 +271,12 @@ mod tests {
             assert!(!grows_for(resp.into_parts().0.headers, ANSWER_HEADERS));
         }
         // A map made as it comes (the answer's one header) grows for a seventh.
-        let mut plain = http::HeaderMap::new();
-        plain.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
-        assert!(!grows_for(plain.clone(), 6));
-        assert!(grows_for(plain, 7));
+        let plain = || {
+            let mut map = http::HeaderMap::new();
+            map.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+            map
+        };
+        assert!(!grows_for(plain(), 6));
+        assert!(grows_for(plain(), 7));
     }
 }

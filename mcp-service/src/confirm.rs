@@ -50,11 +50,14 @@ impl Confirmations {
         let key: Box<[u8]> = question.encode_to_vec().into();
         let line = {
             let mut lines = self.lines.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-            lines.entry(key.clone()).or_default().clone()
+            match lines.get(&key) {
+                Some(line) => line.clone(),
+                None => lines.entry(key.clone()).or_default().clone(),
+            }
         };
         // The line is held through `held` alone, so that its count is this call's and the map's.
-        let held = Leave { confirmations: self, key, line };
-        let line = &held.line;
+        let held = Leave { confirmations: self, key, line: Some(line) };
+        let Some(line) = &held.line else { unreachable!("held until dropped") };
         // Every question from this number on began after this call did.
         let arrived = line.begun.load(Ordering::SeqCst);
         let mut last = line.last.lock().await;
@@ -69,7 +72,7 @@ impl Confirmations {
         answer
     }
 
-    /// How many messages have questions in flight or waiting (for tests).
+    /// How many lines are kept: messages with a question in flight or a call waiting (for tests).
     pub fn lines(&self) -> usize {
         self.lines.lock().map(|l| l.len()).unwrap_or_default()
     }
@@ -79,15 +82,18 @@ impl Confirmations {
 struct Leave<'a> {
     confirmations: &'a Confirmations,
     key: Box<[u8]>,
-    line: Arc<Line>,
+    /// `Some` until dropped, under the map's lock.
+    line: Option<Arc<Line>>,
 }
 
 impl Drop for Leave<'_> {
     fn drop(&mut self) {
         let mut lines = self.confirmations.lines.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        // Counted under the map's lock, where every other holder took its count: the map's and
-        // this one's are the last.
-        if Arc::strong_count(&self.line) == 2 {
+        // Every holder takes its count and gives it back under the map's lock: when the map's and
+        // this one's are the last, no other call holds the line.
+        if let Some(line) = self.line.take()
+            && Arc::strong_count(&line) == 2
+        {
             lines.remove(&self.key);
         }
     }
@@ -158,36 +164,63 @@ mod tests {
         assert_eq!(asked.load(Ordering::SeqCst), 3);
     }
 
-    /// Questions that differ in anything (the resource, the name held, the caller) are asked
-    /// apart, and an error is shared as an answer is.
+    /// Questions that differ in anything (the resource, the name held, the caller, its scopes)
+    /// are asked apart, each answered its own answer; an error is shared as an answer is.
     #[tokio::test]
     async fn different_questions_are_asked_apart_and_errors_are_shared() {
         let confirmations = Confirmations::default();
         let asked = AtomicUsize::new(0);
+        let (release, released) = tokio::sync::watch::channel(false);
+        // Every question waits to be let go, then answers with what it was asked.
         let ask = |q: ReadResourceRequest| {
             asked.fetch_add(1, Ordering::SeqCst);
+            let mut released = released.clone();
             async move {
-                tokio::task::yield_now().await;
-                if q.uri.ends_with('x') { Err(tonic::Status::not_found("gone")) } else { answer(&q.if_tag) }
+                let _ = released.wait_for(|r| *r).await;
+                if q.uri.ends_with('x') {
+                    return Err(tonic::Status::not_found("gone"));
+                }
+                let caller = q.caller.map(|c| format!("{}:{}", c.subject, c.scopes.join(","))).unwrap_or_default();
+                answer(&format!("{} {} {caller}", q.uri, q.if_tag))
             }
         };
-        let mut scoped = question("file:///a", "t");
-        scoped.caller = Some(mcp_proto::registry::Caller { subject: "alice".into(), scopes: vec!["read".into()] });
+        let caller = |subject: &str, scope: &str| {
+            Some(mcp_proto::registry::Caller { subject: subject.into(), scopes: vec![scope.into()] })
+        };
         let questions = [
             question("file:///a", "t"),
             question("file:///b", "t"),
             question("file:///a", "u"),
-            scoped,
+            ReadResourceRequest { caller: caller("alice", "read"), ..question("file:///a", "t") },
+            ReadResourceRequest { caller: caller("bob", "read"), ..question("file:///a", "t") },
+            ReadResourceRequest { caller: caller("alice", "write"), ..question("file:///a", "t") },
             question("file:///x", "t"),
             question("file:///x", "t"),
             question("file:///x", "t"),
         ];
-        let answers = futures_util::future::join_all(questions.into_iter().map(|q| confirmations.ask(q, ask))).await;
-        // Five different questions; the three identical ones asked once, then once for the two
-        // that arrived while it was in flight.
-        assert_eq!(asked.load(Ordering::SeqCst), 6);
-        assert_eq!(answers[2].as_ref().expect("answered").tag, "u");
-        for gone in &answers[4..] {
+        let all = futures_util::future::join_all(questions.into_iter().map(|q| confirmations.ask(q, ask)));
+        tokio::pin!(all);
+        // All in: seven different questions in flight at once, the two repeats waiting.
+        assert!(futures_util::poll!(&mut all).is_pending());
+        assert_eq!(asked.load(Ordering::SeqCst), 7);
+        assert_eq!(confirmations.lines(), 7);
+        release.send(true).expect("the questions wait");
+        let answers = all.await;
+        // The two repeats arrived while the first was in flight: they share the next one.
+        assert_eq!(asked.load(Ordering::SeqCst), 8);
+        let tags: Vec<&str> = answers[..6].iter().map(|a| a.as_ref().expect("answered").tag.as_str()).collect();
+        assert_eq!(
+            tags,
+            [
+                "file:///a t ",
+                "file:///b t ",
+                "file:///a u ",
+                "file:///a t alice:read",
+                "file:///a t bob:read",
+                "file:///a t alice:write",
+            ]
+        );
+        for gone in &answers[6..] {
             assert_eq!(gone.as_ref().expect_err("an error").code(), tonic::Code::NotFound);
         }
         assert_eq!(confirmations.lines(), 0);

@@ -61,14 +61,13 @@ pub(crate) async fn read(engine: &Engine, req: &Request<'_>, catalog: &CatalogVi
         let mut registry = engine.registry.clone();
         let held = held.clone();
         async move {
-            let ask = |read| async move { registry.read_resource(mcp_proto::trust::outgoing(read)).await };
+            let ask = |read| async move {
+                registry.read_resource(mcp_proto::trust::outgoing(read)).await.map(tonic::Response::into_inner)
+            };
             // A held read's question is asked together with the same ones in flight; the
             // others (a first read, a template's) each carry their own contents.
-            let answer = if read.if_tag.is_empty() {
-                ask(read).await.map(tonic::Response::into_inner)
-            } else {
-                engine.confirmations.ask(read, |read| async { ask(read).await.map(tonic::Response::into_inner) }).await
-            };
+            let answer =
+                if read.if_tag.is_empty() { ask(read).await } else { engine.confirmations.ask(read, ask).await };
             let result = answer.map_err(|s| from_registry(s, not_found))?;
             let (contents, tag) = (result.contents_json, result.tag);
             if result.unchanged {

@@ -183,8 +183,8 @@ async fn connection(
             Some(c) => {
                 let (at, call) = (next, &calls[next]);
                 next = (next + 1) % calls.len();
-                let started = Instant::now();
                 let like = workload.checker.last_body(at);
+                let started = Instant::now();
                 match c.send_like(call, settings.timeout, like.as_ref()).await {
                     Ok(answer) => {
                         let micros = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);

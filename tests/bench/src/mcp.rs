@@ -240,7 +240,7 @@ impl Checker {
 
     /// The last body that passed for `calls[index]`, to read the next answer like.
     pub fn last_body(&self, index: usize) -> Option<Bytes> {
-        self.passed[index].lock().unwrap_or_else(PoisonError::into_inner).body.clone()
+        self.passed(index).body
     }
 
     /// Check `answer` to `calls[index]`.
