@@ -399,10 +399,9 @@ const SPLICE_FROM: usize = 4 * 1024;
 /// The body of the reply to request `id` (raw JSON) from a kept [`Entry::tail`].
 pub fn reply_body(id: &str, tail: Bytes) -> axum::body::Body {
     if tail.len() < SPLICE_FROM {
-        // The head is 32 bytes and the id.
-        let mut reply = mcp_proto::jsonrpc::result_head(Some(id), 32 + id.len() + tail.len());
-        reply.extend_from_slice(&tail);
-        return axum::body::Body::from(reply);
+        // A tail is its result and the closing brace (`tail_of`), which this writes again.
+        let result = &tail[..tail.len().saturating_sub(1)];
+        return axum::body::Body::from(mcp_proto::jsonrpc::result_serialized(Some(id), result));
     }
     axum::body::Body::new(Pieces { parts: reply_parts(id, tail), next: 0 })
 }

@@ -15,7 +15,7 @@ pub fn result(id: Option<&str>, result: &Value) -> Vec<u8> {
 
 /// A success reply around a result that is already serialized JSON.
 pub fn result_serialized(id: Option<&str>, result: &[u8]) -> Vec<u8> {
-    let mut out = result_head(id, result.len() + 48);
+    let mut out = result_head(id, result.len() + 1);
     out.extend_from_slice(result);
     out.push(b'}');
     out
@@ -40,11 +40,13 @@ pub fn result_spliced(id: Option<&str>, head: &Value, member: &str, json: &[u8])
     out
 }
 
-/// What a success reply to `id` starts with, up to its result (`capacity`: room for the rest).
-pub fn result_head(id: Option<&str>, capacity: usize) -> Vec<u8> {
-    let mut out = Vec::with_capacity(capacity);
+/// What a success reply to `id` starts with, up to its result, with room for `rest` bytes more.
+pub fn result_head(id: Option<&str>, rest: usize) -> Vec<u8> {
+    const HEAD: usize = r#"{"jsonrpc":"2.0","id":,"result":"#.len();
+    let id = id.unwrap_or("null");
+    let mut out = Vec::with_capacity(HEAD + id.len() + rest);
     out.extend_from_slice(br#"{"jsonrpc":"2.0","id":"#);
-    out.extend_from_slice(id.unwrap_or("null").as_bytes());
+    out.extend_from_slice(id.as_bytes());
     out.extend_from_slice(br#","result":"#);
     out
 }

@@ -76,17 +76,18 @@ impl Conn {
             let resp = self.sender.send_request(req).await.map_err(|e| format!("request: {e}"))?;
             let (parts, mut body) = resp.into_parts();
             let mut pieces = Vec::new();
-            // How much of `like` the pieces so far match, while they do.
-            let mut matched = like.map(|_| 0);
+            // `like`, and how much of it the pieces so far match, while they do.
+            let mut matched = like.map(|like| (like, 0));
             while let Some(frame) = body.frame().await {
                 let Ok(piece) = frame.map_err(|e| format!("reading the answer: {e}"))?.into_data() else { continue };
-                if let (Some(at), Some(like)) = (matched, like) {
-                    matched = like.get(at..at + piece.len()).filter(|l| *l == &piece[..]).map(|_| at + piece.len());
+                if let Some((like, at)) = matched {
+                    let end = at + piece.len();
+                    matched = like.get(at..end).filter(|l| *l == &piece[..]).map(|_| (like, end));
                 }
                 pieces.push(piece);
             }
-            let body = match (matched, like) {
-                (Some(at), Some(like)) if at == like.len() => like.clone(),
+            let body = match matched {
+                Some((like, at)) if at == like.len() => like.clone(),
                 _ if pieces.len() == 1 => pieces.swap_remove(0),
                 _ => Bytes::from(pieces.concat()),
             };
