@@ -35,8 +35,10 @@ pub struct CatalogView {
     pub prompts: Vec<Item>,
     /// Whether the catalog can change while served (list-changed and updates are advertised).
     pub live: bool,
-    tool_index: HashMap<String, usize>,
-    prompt_index: HashMap<String, usize>,
+    /// Hashed with foldhash (seeded at random) rather than SipHash: the names are the
+    /// operator's, and a call looks its tool up once ([`CatalogView::tool`]).
+    tool_index: Index,
+    prompt_index: Index,
     /// Equal for equal content wherever it is computed (every engine of a deployment runs the
     /// same binary): what the gateway's result cache is keyed on.
     pub fingerprint: u64,
@@ -44,13 +46,19 @@ pub struct CatalogView {
     /// (`None` when the schema cannot be compiled; the registry refuses such schemas at load).
     /// A compiled schema takes about 5 KiB: a large catalog pays only for the tools in use.
     validators: Vec<OnceLock<Option<jsonschema::Validator>>>,
-    /// `text` tools' templates, each compiled on the tool's first call in this catalog version:
-    /// their calls are rendered here, without a call to the registry.
-    texts: HashMap<String, TextTool>,
+    /// `text` tools' templates (index for index with `tools`), each compiled on the tool's
+    /// first call in this catalog version: their calls are rendered here, without a call to the
+    /// registry.
+    texts: Vec<Option<TextTool>>,
+    /// What a modern result gains besides its own members, serialized once:
+    /// `"resultType":"complete","_meta":{"io.modelcontextprotocol/serverInfo":…}`.
+    modern_members: Box<str>,
     /// Every listed item shaped for each legacy revision and serialized, made on the first
     /// list of that revision: legacy lists are written from these, not built per request.
     pub(crate) legacy_lists: [OnceLock<LegacyLists>; vocab::LEGACY_REVISIONS.len()],
 }
+
+type Index = HashMap<String, usize, foldhash::fast::RandomState>;
 
 /// A `text` tool: its template, and the counters of its calls by outcome (`ok`, `tool_error`),
 /// made on its first call and kept, rather than looked up by name in the recorder per call.
@@ -84,51 +92,50 @@ pub struct LegacyLists {
     pub prompts: Vec<Box<str>>,
 }
 
-// === impl CatalogView ===
+/// `"resultType":"complete","_meta":{"io.modelcontextprotocol/serverInfo":…}` for a server
+/// identity `server_info`.
+fn modern_members(server_info: &Value) -> Box<str> {
+    let meta: serde_json::Map<String, Value> =
+        std::iter::once((vocab::meta::SERVER_INFO.to_owned(), server_info.clone())).collect();
+    format!(r#""resultType":"complete","_meta":{}"#, Value::Object(meta)).into_boxed_str()
+}
 
-impl CatalogView {
-    pub fn from_proto(c: pb::Catalog) -> Self {
-        let fingerprint = fingerprint(&c);
-        fn item(key: String, json: &[u8], scopes: Vec<String>) -> Item {
-            let def = serde_json::from_slice(json).unwrap_or(Value::Null);
-            Item { key, def, scopes }
-        }
-        let mut texts = HashMap::new();
-        for tool in &c.tools {
-            let Some(source) = &tool.text_template else { continue };
-            let def: Value = serde_json::from_slice(&tool.json).unwrap_or(Value::Null);
-            let allowed = def
-                .pointer("/inputSchema/properties")
-                .and_then(Value::as_object)
-                .map(|p| p.keys().cloned().collect())
-                .unwrap_or_default();
-            let template = LazyTemplate::new(source.clone(), allowed);
-            texts.insert(tool.name.clone(), TextTool { template, calls: OnceLock::new() });
-        }
-        let tools: Vec<Item> = c.tools.into_iter().map(|t| item(t.name, &t.json, t.scopes)).collect();
-        let prompts: Vec<Item> = c.prompts.into_iter().map(|p| item(p.name, &p.json, p.scopes)).collect();
-        Self {
-            version: c.version,
-            fingerprint,
-            live: c.live,
-            server_info: serde_json::from_slice(&c.server_info_json).unwrap_or(Value::Null),
-            instructions: c.instructions,
-            tool_index: tools.iter().enumerate().map(|(i, t)| (t.key.clone(), i)).collect(),
-            validators: tools.iter().map(|_| OnceLock::new()).collect(),
-            prompt_index: prompts.iter().enumerate().map(|(i, p)| (p.key.clone(), i)).collect(),
-            tools,
-            prompts,
-            resources: c.resources.into_iter().map(|r| item(r.uri, &r.json, r.scopes)).collect(),
-            templates: c.resource_templates.into_iter().map(|t| item(t.uri_template, &t.json, t.scopes)).collect(),
-            texts,
-            legacy_lists: Default::default(),
-        }
+/// A tool of a catalog, found by name.
+#[derive(Clone, Copy)]
+pub struct Tool<'a> {
+    catalog: &'a CatalogView,
+    at: usize,
+}
+
+impl<'a> Tool<'a> {
+    pub fn item(&self) -> &'a Item {
+        &self.catalog.tools[self.at]
+    }
+
+    /// Why `arguments` do not fit the tool's `inputSchema` (one line per problem), if they do
+    /// not.
+    pub fn argument_errors(&self, arguments: &Value) -> Option<String> {
+        let validator = self.catalog.validators[self.at]
+            .get_or_init(|| {
+                self.item().def.get("inputSchema").and_then(|schema| jsonschema::validator_for(schema).ok())
+            })
+            .as_ref()?;
+        let problems: Vec<String> = validator
+            .iter_errors(arguments)
+            .take(10)
+            .map(|e| {
+                let at = e.instance_path().to_string();
+                if at.is_empty() { e.to_string() } else { format!("{at}: {e}") }
+            })
+            .collect();
+        (!problems.is_empty()).then(|| problems.join("; "))
     }
 
     /// A `text` tool's rendering of `arguments` (`None`: not a text tool known here), counted
     /// in `mcp_text_tool_calls_total` by its outcome.
-    pub fn render_text(&self, name: &str, arguments: &Value) -> Option<Result<String, String>> {
-        let tool = self.texts.get(name)?;
+    pub fn render_text(&self, arguments: &Value) -> Option<Result<String, String>> {
+        let tool = self.catalog.texts[self.at].as_ref()?;
+        let name = &self.item().key;
         let text = &tool.template;
         let first = !text.tried();
         match text.compiled() {
@@ -145,6 +152,52 @@ impl CatalogView {
                 }
                 None
             }
+        }
+    }
+}
+
+// === impl CatalogView ===
+
+impl CatalogView {
+    pub fn from_proto(c: pb::Catalog) -> Self {
+        let fingerprint = fingerprint(&c);
+        fn item(key: String, json: &[u8], scopes: Vec<String>) -> Item {
+            let def = serde_json::from_slice(json).unwrap_or(Value::Null);
+            Item { key, def, scopes }
+        }
+        let mut texts = Vec::with_capacity(c.tools.len());
+        let mut tools = Vec::with_capacity(c.tools.len());
+        for tool in c.tools {
+            let def = item(tool.name, &tool.json, tool.scopes);
+            texts.push(tool.text_template.map(|source| {
+                let allowed = def
+                    .def
+                    .pointer("/inputSchema/properties")
+                    .and_then(Value::as_object)
+                    .map(|p| p.keys().cloned().collect())
+                    .unwrap_or_default();
+                TextTool { template: LazyTemplate::new(source, allowed), calls: OnceLock::new() }
+            }));
+            tools.push(def);
+        }
+        let server_info: Value = serde_json::from_slice(&c.server_info_json).unwrap_or(Value::Null);
+        let prompts: Vec<Item> = c.prompts.into_iter().map(|p| item(p.name, &p.json, p.scopes)).collect();
+        Self {
+            version: c.version,
+            fingerprint,
+            live: c.live,
+            modern_members: modern_members(&server_info),
+            server_info,
+            instructions: c.instructions,
+            tool_index: tools.iter().enumerate().map(|(i, t)| (t.key.clone(), i)).collect(),
+            validators: tools.iter().map(|_| OnceLock::new()).collect(),
+            prompt_index: prompts.iter().enumerate().map(|(i, p)| (p.key.clone(), i)).collect(),
+            tools,
+            prompts,
+            resources: c.resources.into_iter().map(|r| item(r.uri, &r.json, r.scopes)).collect(),
+            templates: c.resource_templates.into_iter().map(|t| item(t.uri_template, &t.json, t.scopes)).collect(),
+            texts,
+            legacy_lists: Default::default(),
         }
     }
 
@@ -164,28 +217,15 @@ impl CatalogView {
         }
     }
 
-    pub fn tool(&self, name: &str) -> Option<&Item> {
-        self.tool_index.get(name).map(|i| &self.tools[*i])
+    /// Tool `name`, looked up once for all a call needs of it.
+    pub fn tool(&self, name: &str) -> Option<Tool<'_>> {
+        self.tool_index.get(name).map(|&at| Tool { catalog: self, at })
     }
 
-    /// Why `arguments` do not fit tool `name`'s `inputSchema` (one line per problem), if they
-    /// do not.
-    pub fn argument_errors(&self, name: &str, arguments: &Value) -> Option<String> {
-        let at = *self.tool_index.get(name)?;
-        let validator = self.validators[at]
-            .get_or_init(|| {
-                self.tools[at].def.get("inputSchema").and_then(|schema| jsonschema::validator_for(schema).ok())
-            })
-            .as_ref()?;
-        let problems: Vec<String> = validator
-            .iter_errors(arguments)
-            .take(10)
-            .map(|e| {
-                let at = e.instance_path().to_string();
-                if at.is_empty() { e.to_string() } else { format!("{at}: {e}") }
-            })
-            .collect();
-        (!problems.is_empty()).then(|| problems.join("; "))
+    /// What a modern result gains besides its own members, serialized (no braces, no commas
+    /// around it): `resultType` and `_meta` with the server's identity.
+    pub fn modern_members(&self) -> &str {
+        &self.modern_members
     }
 
     pub fn prompt(&self, name: &str) -> Option<&Item> {
@@ -368,19 +408,19 @@ mod tests {
         });
         // Nothing is compiled before a tool's first call.
         assert!(view.validators.iter().all(|v| v.get().is_none()));
-        assert!(view.texts.values().all(|t| !t.template.tried()));
+        assert!(view.texts.iter().flatten().all(|t| !t.template.tried()));
         let args = serde_json::json!({ "who": "<b>Ada</b>", "p": "a/b?c" });
-        assert_eq!(view.render_text("greet", &args), Some(Ok("Hi <b>Ada</b>".to_owned())));
-        assert_eq!(view.render_text("url", &args), Some(Ok("at a/b?c".to_owned())), "no URL encoding");
-        assert_eq!(view.render_text("remote", &args), None);
-        assert_eq!(view.render_text("odd", &args), None);
-        assert_eq!(view.render_text("missing", &args), None);
-        assert_eq!(view.texts.values().filter(|t| t.template.tried()).count(), 3, "greet, url, odd");
-        assert_eq!(
-            view.argument_errors("greet", &serde_json::json!({ "who": 1 })).map(|e| e.contains("string")),
-            Some(true)
-        );
-        assert_eq!(view.argument_errors("greet", &args), None);
+        let render = |name: &str| view.tool(name).and_then(|t| t.render_text(&args));
+        assert_eq!(render("greet"), Some(Ok("Hi <b>Ada</b>".to_owned())));
+        assert_eq!(render("url"), Some(Ok("at a/b?c".to_owned())), "no URL encoding");
+        assert_eq!(render("remote"), None);
+        assert_eq!(render("odd"), None);
+        assert_eq!(render("missing"), None);
+        assert_eq!(view.texts.iter().flatten().filter(|t| t.template.tried()).count(), 3, "greet, url, odd");
+        let greet = view.tool("greet").expect("greet");
+        assert_eq!(greet.item().key, "greet");
+        assert_eq!(greet.argument_errors(&serde_json::json!({ "who": 1 })).map(|e| e.contains("string")), Some(true));
+        assert_eq!(greet.argument_errors(&args), None);
         assert_eq!(view.validators.iter().filter(|v| v.get().is_some()).count(), 1, "greet's schema only");
     }
 }

@@ -311,7 +311,12 @@ impl Engine {
             sink,
         };
         let catalog = self.catalog().await?;
-        let result = self.invoke(&req, &catalog).await?.map_tree(|tree| self.wrap_modern(tree, method, ctx, &catalog));
+        let result = match self.invoke(&req, &catalog).await? {
+            Payload::Call { json, is_error } => {
+                Payload::Call { json: with_members(json, catalog.modern_members()), is_error }
+            }
+            result => result.map_tree(|tree| self.wrap_modern(tree, method, ctx, &catalog)),
+        };
         let cache = cache_hint(&result, Era::Modern, catalog.fingerprint, self.settings.read_ttl_ms);
         Ok(Answer { result, session_id: None, cache })
     }
@@ -374,7 +379,7 @@ impl Engine {
             Method::SetLogLevel => lifecycle::set_log_level(req),
             Method::Discover => Ok(lifecycle::discover(catalog)),
             Method::ToolsList => tools::list(req, catalog, page),
-            Method::ToolsCall => tools::call(self, req, catalog).await,
+            Method::ToolsCall => return tools::call(self, req, catalog).await,
             Method::ResourcesList => resources::list(req, catalog, page),
             Method::ResourceTemplatesList => resources::list_templates(req, catalog, page),
             Method::ResourcesRead => return resources::read(self, req, catalog).await,
@@ -481,6 +486,27 @@ pub(crate) enum Payload {
     Unchanged {
         tag: String,
     },
+    /// A tool's result serialized whole as it was made (a `text` tool's: no tree), an object
+    /// without `resultType` and `_meta` (a modern answer gains them: [`with_members`]);
+    /// `is_error`: it reports the tool's failure (`isError: true`).
+    Call {
+        json: Vec<u8>,
+        is_error: bool,
+    },
+}
+
+/// `result` (a serialized object) with the serialized `members` added at its end.
+fn with_members(mut result: Vec<u8>, members: &str) -> Vec<u8> {
+    if members.is_empty() || result.last() != Some(&b'}') {
+        return result;
+    }
+    result.pop();
+    if result.iter().rev().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
+        result.push(b',');
+    }
+    result.extend_from_slice(members.as_bytes());
+    result.push(b'}');
+    result
 }
 
 impl Payload {
@@ -489,7 +515,15 @@ impl Payload {
     fn get(&self, key: &str) -> Option<&Value> {
         match self {
             Payload::Tree(result) | Payload::Spliced { head: result, .. } => result.get(key),
-            Payload::Serialized(_) | Payload::Unchanged { .. } => None,
+            Payload::Serialized(_) | Payload::Unchanged { .. } | Payload::Call { .. } => None,
+        }
+    }
+
+    /// Whether the result reports a tool's failure (`isError: true`).
+    fn is_error(&self) -> bool {
+        match self {
+            Payload::Call { is_error, .. } => *is_error,
+            _ => self.get("isError") == Some(&Value::Bool(true)),
         }
     }
 
@@ -498,7 +532,7 @@ impl Payload {
         match self {
             Payload::Spliced { tag, .. } => tag.as_deref(),
             Payload::Unchanged { tag } => Some(tag),
-            Payload::Tree(_) | Payload::Serialized(_) => None,
+            Payload::Tree(_) | Payload::Serialized(_) | Payload::Call { .. } => None,
         }
     }
 
@@ -507,7 +541,7 @@ impl Payload {
         match self {
             Payload::Tree(tree) => Payload::Tree(f(tree)),
             Payload::Spliced { head, member, json, tag } => Payload::Spliced { head: f(head), member, json, tag },
-            other @ (Payload::Serialized(_) | Payload::Unchanged { .. }) => other,
+            other @ (Payload::Serialized(_) | Payload::Unchanged { .. } | Payload::Call { .. }) => other,
         }
     }
 
@@ -515,7 +549,9 @@ impl Payload {
     fn reply(&self, id: Option<&str>) -> Vec<u8> {
         match self {
             Payload::Tree(result) => mcp_proto::jsonrpc::result(id, result),
-            Payload::Serialized(result) => mcp_proto::jsonrpc::result_serialized(id, result),
+            Payload::Serialized(result) | Payload::Call { json: result, .. } => {
+                mcp_proto::jsonrpc::result_serialized(id, result)
+            }
             Payload::Spliced { head, member, json, .. } => mcp_proto::jsonrpc::result_spliced(id, head, member, json),
             Payload::Unchanged { .. } => Vec::new(),
         }
@@ -554,7 +590,7 @@ fn observe(env: &Envelope<'_>, era: Era, outcome: &Result<Answer, Error>, starte
         Era::Legacy => "legacy",
     };
     let result = match outcome {
-        Ok(a) if a.result.get("isError") == Some(&Value::Bool(true)) => "tool_error",
+        Ok(a) if a.result.is_error() => "tool_error",
         Ok(a) if a.result.get("resultType").and_then(Value::as_str) == Some("input_required") => "input_required",
         Ok(_) => "ok",
         Err(_) => "error",
@@ -615,5 +651,35 @@ mod tests {
         assert_eq!(summary(hint(&unchanged, Era::Legacy)), Some((0, 9, "n".into(), true)));
         assert_eq!(summary(hint(&spliced(None), Era::Legacy)), None);
         assert_eq!(summary(hint(&list, Era::Legacy)), None);
+        // A call's result is never reused.
+        let call = Payload::Call { json: br#"{"content":[],"isError":false}"#.to_vec(), is_error: false };
+        assert_eq!(summary(hint(&call, Era::Modern)), None);
+        assert_eq!(summary(hint(&call, Era::Legacy)), None);
+    }
+
+    #[test]
+    fn a_serialized_call_result_gains_what_every_modern_result_has() {
+        let catalog = CatalogView::from_proto(mcp_proto::registry::Catalog {
+            server_info_json: br#"{"name":"s","version":"1.0.0","title":"S \"q\""}"#.to_vec(),
+            ..Default::default()
+        });
+        let result = br#"{"content":[{"type":"text","text":"hi"}],"isError":false}"#.to_vec();
+        let answer: Value = serde_json::from_slice(&with_members(result, catalog.modern_members())).expect("json");
+        // What `wrap_modern` makes of the same result as a tree.
+        let expected = json!({
+            "content": [{ "type": "text", "text": "hi" }],
+            "isError": false,
+            "resultType": "complete",
+            "_meta": { meta::SERVER_INFO: { "name": "s", "version": "1.0.0", "title": "S \"q\"" } }
+        });
+        assert_eq!(answer, expected);
+        assert_eq!(with_members(b"{}".to_vec(), r#""a":1"#), br#"{"a":1}"#);
+        assert_eq!(with_members(b"{ }".to_vec(), r#""a":1"#), br#"{ "a":1}"#);
+        assert_eq!(with_members(br#"{"x":2}"#.to_vec(), ""), br#"{"x":2}"#, "no members: as it was");
+        assert_eq!(with_members(b"[1]".to_vec(), r#""a":1"#), b"[1]", "not an object: as it was");
+        // Whether it reports a failure is kept beside it.
+        let failed = Payload::Call { json: br#"{"content":[],"isError":true}"#.to_vec(), is_error: true };
+        assert!(failed.is_error() && !Payload::Call { json: Vec::new(), is_error: false }.is_error());
+        assert!(Payload::Tree(json!({ "isError": true })).is_error());
     }
 }

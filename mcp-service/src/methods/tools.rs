@@ -5,7 +5,7 @@ use serde_json::{Value, json};
 
 use super::input::{self, Handled};
 use crate::catalog::CatalogView;
-use crate::dispatch::Engine;
+use crate::dispatch::{Engine, Payload};
 use crate::error::{Error, from_registry};
 use crate::request::Request;
 use crate::shape;
@@ -14,51 +14,48 @@ pub fn list(req: &Request<'_>, catalog: &CatalogView, page_size: usize) -> Resul
     super::list_page(req, &catalog.tools, page_size, "tools", |def| shape::tool(def, req.revision, req.modern()))
 }
 
-pub async fn call(engine: &Engine, req: &Request<'_>, catalog: &CatalogView) -> Result<Value, Error> {
+pub(crate) async fn call(engine: &Engine, req: &Request<'_>, catalog: &CatalogView) -> Result<Payload, Error> {
     let name = req.required_str("name")?;
     mcp_proto::request_log::record([("mcp.tool", Some(name.to_owned().into()))]);
     // Clients may leave `arguments` out; that is `{}`.
+    let no_arguments = Value::Object(serde_json::Map::new());
     let arguments = match req.params.get("arguments") {
-        None | Some(Value::Null) => json!({}),
-        Some(v @ Value::Object(_)) => v.clone(),
+        None | Some(Value::Null) => &no_arguments,
+        Some(v @ Value::Object(_)) => v,
         Some(_) => return Err(Error::InvalidParams("`arguments` must be an object".into())),
     };
     let Some(tool) = catalog.tool(name) else {
         return Err(Error::UnknownTool(name.to_owned()));
     };
+    let item = tool.item();
     // A tool the token does not reach: 403 with the scopes to ask for (step-up).
-    if !req.permits(&tool.scopes) {
-        return Err(Error::InsufficientScope(tool.scopes.clone()));
+    if !req.permits(&item.scopes) {
+        return Err(Error::InsufficientScope(item.scopes.clone()));
     }
     if req.modern() && req.ctx.transport == mcp_proto::mcp::Transport::StreamableHttp {
-        check_param_headers(&tool.def, &arguments, &req.ctx.param_headers)?;
+        check_param_headers(&item.def, arguments, &req.ctx.param_headers)?;
     }
     // Arguments that do not fit the schema are the model's to correct: a tool execution error.
-    if let Some(problems) = catalog.argument_errors(name, &arguments) {
-        let result = json!({
-            "content": [{ "type": "text", "text": format!("Invalid arguments for tool {name}: {problems}") }],
-            "isError": true
-        });
-        return Ok(shape::call_result(result, req.revision, req.modern()));
+    if let Some(problems) = tool.argument_errors(arguments) {
+        return Ok(text_result(&format!("Invalid arguments for tool {name}: {problems}"), true));
     }
     // A `text` tool is a template over the arguments: rendered from the snapshot, no hop.
-    if let Some(rendered) = catalog.render_text(name, &arguments) {
-        let result = match rendered {
-            Ok(text) => json!({ "content": [{ "type": "text", "text": text }], "isError": false }),
+    if let Some(rendered) = tool.render_text(arguments) {
+        return Ok(match rendered {
+            Ok(text) => text_result(&text, false),
             Err(e) => {
                 tracing::warn!(error = %e, "tool failed");
-                json!({ "content": [{ "type": "text", "text": "The tool failed to run." }], "isError": true })
+                text_result("The tool failed to run.", true)
             }
-        };
-        return Ok(shape::call_result(result, req.revision, req.modern()));
+        });
     }
     let progress_token = req.progress_token();
     let capabilities = serde_json::to_vec(&req.client_capabilities()).unwrap_or_default();
     let log_level = req.log_level().unwrap_or_default();
-    let result = input::run(engine, req, name, &arguments, |round| {
+    let result = input::run(engine, req, name, arguments, |round| {
         let call = pb::CallToolRequest {
             name: name.to_owned(),
-            arguments_json: serde_json::to_vec(&arguments).unwrap_or_default(),
+            arguments_json: serde_json::to_vec(arguments).unwrap_or_default(),
             caller: req.caller(),
             wants_progress: progress_token.is_some(),
             log_level: log_level.clone(),
@@ -70,7 +67,17 @@ pub async fn call(engine: &Engine, req: &Request<'_>, catalog: &CatalogView) -> 
     })
     .await?
     .into_value();
-    Ok(shape::call_result(result, req.revision, req.modern()))
+    Ok(Payload::Tree(shape::call_result(result, req.revision, req.modern())))
+}
+
+/// A result of one text item, serialized as it is made (no tree): the same in every revision.
+fn text_result(text: &str, is_error: bool) -> Payload {
+    let mut json = Vec::with_capacity(text.len() + 64);
+    json.extend_from_slice(br#"{"content":[{"type":"text","text":"#);
+    // Writing a string into a Vec cannot fail.
+    let _ = serde_json::to_writer(&mut json, text);
+    json.extend_from_slice(if is_error { br#"}],"isError":true}"# } else { br#"}],"isError":false}"# });
+    Payload::Call { json, is_error }
 }
 
 /// Read a call's stream to its end (the registry ends it right after the last event): dropping
@@ -193,6 +200,19 @@ pub fn check_param_headers(
 mod tests {
     use super::*;
     use std::collections::HashMap;
+
+    #[test]
+    fn a_text_result_is_written_as_its_tree_would_be() {
+        for (text, is_error) in [("hi", false), ("a \"quoted\" line\nand <b>more</b> \u{1F600} \\", true), ("", false)]
+        {
+            let Payload::Call { json, is_error: flagged } = text_result(text, is_error) else {
+                panic!("a text result is a call's serialized result");
+            };
+            let tree = json!({ "content": [{ "type": "text", "text": text }], "isError": is_error });
+            assert_eq!(serde_json::from_slice::<Value>(&json).expect("json"), tree);
+            assert_eq!(flagged, is_error);
+        }
+    }
 
     fn headers(pairs: &[(&str, &str)]) -> HashMap<String, String> {
         pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect()
