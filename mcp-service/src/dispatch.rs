@@ -370,6 +370,9 @@ impl Engine {
         Ok(Answer { result, session_id, cache: None })
     }
 
+    /// Methods that wait on the registry or the client are boxed (as a tool that is not a `text`
+    /// tool is, in [`tools::call`]): their state would make every request's work as large, and
+    /// each request's work is moved whole into its task.
     async fn invoke(&self, req: &Request<'_>, catalog: &CatalogView) -> Result<Payload, Error> {
         use methods::{lifecycle, prompts, resources, subscriptions, tools};
         let page = self.settings.page_size;
@@ -382,13 +385,13 @@ impl Engine {
             Method::ToolsCall => return tools::call(self, req, catalog).await,
             Method::ResourcesList => resources::list(req, catalog, page),
             Method::ResourceTemplatesList => resources::list_templates(req, catalog, page),
-            Method::ResourcesRead => return resources::read(self, req, catalog).await,
+            Method::ResourcesRead => return Box::pin(resources::read(self, req, catalog)).await,
             Method::ResourcesSubscribe => subscriptions::subscribe(req, true),
             Method::ResourcesUnsubscribe => subscriptions::subscribe(req, false),
-            Method::SubscriptionsListen => subscriptions::listen(self, req, catalog).await,
+            Method::SubscriptionsListen => Box::pin(subscriptions::listen(self, req, catalog)).await,
             Method::PromptsList => prompts::list(req, catalog, page),
-            Method::PromptsGet => prompts::get(self, req).await,
-            Method::Complete => prompts::complete(self, req).await,
+            Method::PromptsGet => Box::pin(prompts::get(self, req)).await,
+            Method::Complete => Box::pin(prompts::complete(self, req)).await,
             Method::Unknown => Err(Error::MethodNotFound(String::new())),
         };
         tree.map(Payload::Tree)

@@ -86,9 +86,12 @@ pub(crate) fn start(
         if_tag: (!if_tag.is_empty()).then_some(if_tag),
     };
     let (tx, rx) = mpsc::channel(16);
-    // Boxed here, once: the work's state is several kilobytes (the engine's nested calls), and
-    // every move of it unboxed (out of here, into a task or a box) copied all of it.
-    (Box::pin(log.scope(async move { engine.handle(&body, &ctx, &tx).await })), rx)
+    // The engine's work (several kilobytes of state: its nested calls) is made in a box of its
+    // own, inside the small future the request log wraps: that one is moved four times on its
+    // way into the returned box (into the span's and the log's wrappers, out of them, into the
+    // box), and each move copied all of the work's state when the work was inside it.
+    let work = async move { Box::pin(engine.handle(&body, &ctx, &tx)).await };
+    (Box::pin(log.scope(work)), rx)
 }
 
 /// A frame as the `McpFrame` message it travels in.

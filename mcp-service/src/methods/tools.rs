@@ -36,23 +36,27 @@ pub(crate) async fn call(engine: &Engine, req: &Request<'_>, catalog: &CatalogVi
         check_param_headers(&item.def, arguments, &req.ctx.param_headers)?;
     }
     // Arguments that do not fit the schema are the model's to correct: a tool execution error.
+    // Room for what a modern answer adds to the result (`dispatch::with_members`).
+    let room = if req.modern() { catalog.modern_members().len() + 2 } else { 0 };
     if let Some(problems) = tool.argument_errors(arguments) {
-        return Ok(text_result(&format!("Invalid arguments for tool {name}: {problems}"), true));
+        return Ok(text_result(&format!("Invalid arguments for tool {name}: {problems}"), true, room));
     }
     // A `text` tool is a template over the arguments: rendered from the snapshot, no hop.
     if let Some(rendered) = tool.render_text(arguments) {
         return Ok(match rendered {
-            Ok(text) => text_result(&text, false),
+            Ok(text) => text_result(&text, false, room),
             Err(e) => {
                 tracing::warn!(error = %e, "tool failed");
-                text_result("The tool failed to run.", true)
+                text_result("The tool failed to run.", true, room)
             }
         });
     }
     let progress_token = req.progress_token();
     let capabilities = serde_json::to_vec(&req.client_capabilities()).unwrap_or_default();
     let log_level = req.log_level().unwrap_or_default();
-    let result = input::run(engine, req, name, arguments, |round| {
+    // Boxed: the registry call's state would make every call's work (a `text` tool's too) as
+    // large (`Engine::invoke`).
+    let result = Box::pin(input::run(engine, req, name, arguments, |round| {
         let call = pb::CallToolRequest {
             name: name.to_owned(),
             arguments_json: serde_json::to_vec(arguments).unwrap_or_default(),
@@ -64,15 +68,17 @@ pub(crate) async fn call(engine: &Engine, req: &Request<'_>, catalog: &CatalogVi
             client_capabilities_json: capabilities.clone(),
         };
         one_round(engine, req, name, call, progress_token.as_ref())
-    })
+    }))
     .await?
     .into_value();
     Ok(Payload::Tree(shape::call_result(result, req.revision, req.modern())))
 }
 
 /// A result of one text item, serialized as it is made (no tree): the same in every revision.
-fn text_result(text: &str, is_error: bool) -> Payload {
-    let mut json = Vec::with_capacity(text.len() + 64);
+/// `room`: bytes to leave free after it.
+fn text_result(text: &str, is_error: bool, room: usize) -> Payload {
+    // The members around the text, and its escapes mostly.
+    let mut json = Vec::with_capacity(text.len() + 64 + room);
     json.extend_from_slice(br#"{"content":[{"type":"text","text":"#);
     // Writing a string into a Vec cannot fail.
     let _ = serde_json::to_writer(&mut json, text);
@@ -205,7 +211,7 @@ mod tests {
     fn a_text_result_is_written_as_its_tree_would_be() {
         for (text, is_error) in [("hi", false), ("a \"quoted\" line\nand <b>more</b> \u{1F600} \\", true), ("", false)]
         {
-            let Payload::Call { json, is_error: flagged } = text_result(text, is_error) else {
+            let Payload::Call { json, is_error: flagged } = text_result(text, is_error, 0) else {
                 panic!("a text result is a call's serialized result");
             };
             let tree = json!({ "content": [{ "type": "text", "text": text }], "isError": is_error });
