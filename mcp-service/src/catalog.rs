@@ -35,8 +35,6 @@ pub struct CatalogView {
     pub prompts: Vec<Item>,
     /// Whether the catalog can change while served (list-changed and updates are advertised).
     pub live: bool,
-    /// Hashed with foldhash (seeded at random) rather than SipHash: the names are the
-    /// operator's, and a call looks its tool up once ([`CatalogView::tool`]).
     tool_index: Index,
     prompt_index: Index,
     /// Equal for equal content wherever it is computed (every engine of a deployment runs the
@@ -49,7 +47,8 @@ pub struct CatalogView {
     /// `text` tools' templates (index for index with `tools`), each compiled on the tool's
     /// first call in this catalog version: their calls are rendered here, without a call to the
     /// registry.
-    texts: Vec<Option<TextTool>>,
+    /// Boxed: a slot of a tool that is not a `text` tool takes a pointer's room.
+    texts: Vec<Option<Box<TextTool>>>,
     /// What a modern result gains besides its own members, serialized once:
     /// `"resultType":"complete","_meta":{"io.modelcontextprotocol/serverInfo":…}`.
     modern_members: Box<str>,
@@ -58,6 +57,8 @@ pub struct CatalogView {
     pub(crate) legacy_lists: [OnceLock<LegacyLists>; vocab::LEGACY_REVISIONS.len()],
 }
 
+/// Items' positions by name, hashed with foldhash (seeded at random) rather than SipHash: only
+/// the operator's names are entered.
 type Index = HashMap<String, usize, foldhash::fast::RandomState>;
 
 /// A `text` tool: its template, and the counters of its calls by outcome (`ok`, `tool_error`),
@@ -93,11 +94,11 @@ pub struct LegacyLists {
 }
 
 /// `"resultType":"complete","_meta":{"io.modelcontextprotocol/serverInfo":…}` for a server
-/// identity `server_info`.
+/// identity `server_info`: what `Engine::wrap_modern` adds to a result tree that is not
+/// cacheable, for a result written without one.
 fn modern_members(server_info: &Value) -> Box<str> {
-    let meta: serde_json::Map<String, Value> =
-        std::iter::once((vocab::meta::SERVER_INFO.to_owned(), server_info.clone())).collect();
-    format!(r#""resultType":"complete","_meta":{}"#, Value::Object(meta)).into_boxed_str()
+    let meta = serde_json::json!({ vocab::meta::SERVER_INFO: server_info });
+    format!(r#""resultType":"complete","_meta":{meta}"#).into_boxed_str()
 }
 
 /// A tool of a catalog, found by name.
@@ -176,7 +177,7 @@ impl CatalogView {
                     .and_then(Value::as_object)
                     .map(|p| p.keys().cloned().collect())
                     .unwrap_or_default();
-                TextTool { template: LazyTemplate::new(source, allowed), calls: OnceLock::new() }
+                Box::new(TextTool { template: LazyTemplate::new(source, allowed), calls: OnceLock::new() })
             }));
             tools.push(def);
         }

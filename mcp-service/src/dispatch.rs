@@ -406,7 +406,8 @@ impl Engine {
 
     /// Every modern result: `resultType`, `_meta` server identity, and cache hints on the six
     /// cacheable results when complete (`private` when the answer depends on the caller's
-    /// authorisation, `public` otherwise).
+    /// authorisation, `public` otherwise). A result written without a tree (`Payload::Call`)
+    /// gains the same members from `CatalogView::modern_members` instead.
     fn wrap_modern(&self, mut result: Value, method: Method, ctx: &Context, catalog: &CatalogView) -> Value {
         let Some(obj) = result.as_object_mut() else { return result };
         obj.entry("resultType").or_insert_with(|| json!("complete"));
@@ -472,9 +473,9 @@ impl Answer {
 }
 
 /// A result as a tree, already serialized (legacy lists, written from the catalog's
-/// serialized items), or a tree with one member passed through as serialized JSON (a
-/// `resources/read`'s `contents` as the registry wrote them: a megabyte of text is neither
-/// parsed nor written again).
+/// serialized items; a `text` tool's result, with whether it reports a failure beside it), or
+/// a tree with one member passed through as serialized JSON (a `resources/read`'s `contents`
+/// as the registry wrote them: a megabyte of text is neither parsed nor written again).
 pub(crate) enum Payload {
     Tree(Value),
     Serialized(Vec<u8>),
@@ -490,16 +491,19 @@ pub(crate) enum Payload {
         tag: String,
     },
     /// A tool's result serialized whole as it was made (a `text` tool's: no tree), an object
-    /// without `resultType` and `_meta` (a modern answer gains them: [`with_members`]);
-    /// `is_error`: it reports the tool's failure (`isError: true`).
+    /// without `resultType` and `_meta` (a modern answer gains them: [`with_members`], which
+    /// only appends: a result with a `_meta` of its own does not belong here); `is_error`: it
+    /// reports the tool's failure (`isError: true`).
     Call {
         json: Vec<u8>,
         is_error: bool,
     },
 }
 
-/// `result` (a serialized object) with the serialized `members` added at its end.
+/// `result` (a serialized object) with the serialized `members` added at its end. (Only a
+/// catalog never loaded has no members: it has no tools either.)
 fn with_members(mut result: Vec<u8>, members: &str) -> Vec<u8> {
+    debug_assert!(!members.is_empty(), "a loaded catalog's modern members");
     if members.is_empty() || result.last() != Some(&b'}') {
         return result;
     }
@@ -513,7 +517,7 @@ fn with_members(mut result: Vec<u8>, members: &str) -> Vec<u8> {
 }
 
 impl Payload {
-    /// A member of a result tree (a serialized list has none worth asking for; a spliced
+    /// A member of a result tree (a serialized result has none worth asking for; a spliced
     /// member is not looked into).
     fn get(&self, key: &str) -> Option<&Value> {
         match self {
@@ -667,8 +671,14 @@ mod tests {
             ..Default::default()
         });
         let result = br#"{"content":[{"type":"text","text":"hi"}],"isError":false}"#.to_vec();
-        let answer: Value = serde_json::from_slice(&with_members(result, catalog.modern_members())).expect("json");
-        // What `wrap_modern` makes of the same result as a tree.
+        let written = with_members(result, catalog.modern_members());
+        // The members `wrap_modern` inserts into a tree (`resultType`, the server's identity),
+        // each once: compared as text too, as a tree would hide a key given twice.
+        assert_eq!(
+            std::str::from_utf8(&written).expect("utf-8"),
+            r#"{"content":[{"type":"text","text":"hi"}],"isError":false,"resultType":"complete","_meta":{"io.modelcontextprotocol/serverInfo":{"name":"s","title":"S \"q\"","version":"1.0.0"}}}"#
+        );
+        let answer: Value = serde_json::from_slice(&written).expect("json");
         let expected = json!({
             "content": [{ "type": "text", "text": "hi" }],
             "isError": false,
@@ -678,7 +688,6 @@ mod tests {
         assert_eq!(answer, expected);
         assert_eq!(with_members(b"{}".to_vec(), r#""a":1"#), br#"{"a":1}"#);
         assert_eq!(with_members(b"{ }".to_vec(), r#""a":1"#), br#"{ "a":1}"#);
-        assert_eq!(with_members(br#"{"x":2}"#.to_vec(), ""), br#"{"x":2}"#, "no members: as it was");
         assert_eq!(with_members(b"[1]".to_vec(), r#""a":1"#), b"[1]", "not an object: as it was");
         // Whether it reports a failure is kept beside it.
         let failed = Payload::Call { json: br#"{"content":[],"isError":true}"#.to_vec(), is_error: true };

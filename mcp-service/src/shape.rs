@@ -68,7 +68,8 @@ pub fn item(def: &Value, rev: &str, modern: bool) -> Value {
     def
 }
 
-/// A `CallToolResult` for a client of revision `rev`.
+/// A `CallToolResult` for a client of revision `rev`. (A `text` tool's result is written
+/// directly, by `methods::tools::text_result`, in a shape every revision accepts.)
 pub fn call_result(mut result: Value, rev: &str, modern: bool) -> Value {
     if modern {
         return result;

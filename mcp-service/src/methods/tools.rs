@@ -35,9 +35,10 @@ pub(crate) async fn call(engine: &Engine, req: &Request<'_>, catalog: &CatalogVi
     if req.modern() && req.ctx.transport == mcp_proto::mcp::Transport::StreamableHttp {
         check_param_headers(&item.def, arguments, &req.ctx.param_headers)?;
     }
+    // Room for what a modern answer adds to the result (`dispatch::with_members`: a comma and
+    // the members in place of nothing).
+    let room = if req.modern() { catalog.modern_members().len() + 1 } else { 0 };
     // Arguments that do not fit the schema are the model's to correct: a tool execution error.
-    // Room for what a modern answer adds to the result (`dispatch::with_members`).
-    let room = if req.modern() { catalog.modern_members().len() + 2 } else { 0 };
     if let Some(problems) = tool.argument_errors(arguments) {
         return Ok(text_result(&format!("Invalid arguments for tool {name}: {problems}"), true, room));
     }
@@ -74,7 +75,8 @@ pub(crate) async fn call(engine: &Engine, req: &Request<'_>, catalog: &CatalogVi
     Ok(Payload::Tree(shape::call_result(result, req.revision, req.modern())))
 }
 
-/// A result of one text item, serialized as it is made (no tree): the same in every revision.
+/// A result of one text item, serialized as it is made (no tree, and not through
+/// `shape::call_result`): the same in every revision.
 /// `room`: bytes to leave free after it.
 fn text_result(text: &str, is_error: bool, room: usize) -> Payload {
     // The members around the text, and its escapes mostly.

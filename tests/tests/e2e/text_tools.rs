@@ -70,12 +70,25 @@ async fn text_tools_are_rendered_without_the_registry() {
     let r = call(1, "greet", json!({"who": "Ada <3"})).await;
     assert_eq!(text_of(&r), "Hello, Ada <3!", "{}", r.text);
     assert_eq!(r.result()["isError"], false);
+    // The whole answer (written without a tree): a modern one carries `resultType` and the
+    // server's identity, each once.
+    assert_eq!(r.result()["resultType"], "complete", "{}", r.text);
+    assert_eq!(r.result()["_meta"]["io.modelcontextprotocol/serverInfo"]["name"], "texts", "{}", r.text);
+    assert_eq!(r.result().as_object().map(|o| o.len()), Some(4), "{}", r.text);
+    for key in [r#""resultType""#, r#""_meta""#, r#""io.modelcontextprotocol/serverInfo""#, r#""content""#] {
+        assert_eq!(r.text.matches(key).count(), 1, "{key} once: {}", r.text);
+    }
     // A tool named like the URL templates is not URL-encoded.
     assert_eq!(text_of(&call(2, "url", json!({"path": "a/b?c"})).await), "path a/b?c");
     let registry_metrics = e2e::metrics(&format!("http://{registry_metrics_at}")).await;
     assert!(!registry_metrics.contains("registry_tool_calls_total{tool=\"greet\""), "{registry_metrics}");
     let counted = e2e::metrics(&format!("http://127.0.0.1:{metrics_port}")).await;
     assert!(counted.contains("mcp_text_tool_calls_total{tool=\"greet\",outcome=\"ok\"} 1"), "{counted}");
+    // A legacy answer has no `resultType` and no `_meta` (and the quote in its text is escaped).
+    let legacy =
+        client.legacy("2025-06-18", 6, "tools/call", json!({"name": "greet", "arguments": {"who": "\"Ada\""}})).await;
+    let expected = json!({"content": [{"type": "text", "text": "Hello, \"Ada\"!"}], "isError": false});
+    assert_eq!(legacy.result(), &expected, "{}", legacy.text);
 
     // The registry goes away: text tools and their schema errors are unchanged, an http tool
     // fails at once with the usual error.
@@ -86,6 +99,14 @@ async fn text_tools_are_rendered_without_the_registry() {
     let r = call(4, "greet", json!({"who": 7})).await;
     assert_eq!(r.result()["isError"], true, "{}", r.text);
     assert!(text_of(&r).starts_with("Invalid arguments for tool greet"), "{}", r.text);
+    assert_eq!(r.result()["resultType"], "complete", "{}", r.text);
+    let counted = e2e::metrics(&format!("http://127.0.0.1:{metrics_port}")).await;
+    let tool_errors = counted
+        .lines()
+        .filter(|l| l.starts_with("mcp_requests_total{") && l.contains("outcome=\"tool_error\""))
+        .collect::<Vec<_>>();
+    assert_eq!(tool_errors.len(), 1, "the failed call is counted as a tool error: {counted}");
+    assert!(tool_errors[0].contains("era=\"modern\"") && tool_errors[0].ends_with(" 1"), "{counted}");
     let r = call(5, "fetch", json!({})).await;
     assert_eq!(r.error_code(), Some(-32603), "{}", r.text);
 
