@@ -31,6 +31,9 @@ use crate::transport::GrpcChannel;
 /// The path of `mcp.v1.McpService/Handle`.
 pub const HANDLE_PATH: &str = "/mcp.v1.McpService/Handle";
 
+/// [`HANDLE_PATH`] as a URI, parsed once (a clone shares its bytes).
+static HANDLE_URI: std::sync::LazyLock<http::Uri> = std::sync::LazyLock::new(|| http::Uri::from_static(HANDLE_PATH));
+
 /// The length of gRPC's message prefix: a compression flag and a 32-bit big-endian length.
 const PREFIX: usize = 5;
 
@@ -61,16 +64,14 @@ pub async fn handle(channel: GrpcChannel, request: tonic::Request<pb::McpRequest
     }
     headers.insert(http::header::CONTENT_TYPE, http::HeaderValue::from_static("application/grpc"));
     headers.insert(http::header::TE, http::HeaderValue::from_static("trailers"));
-    let mut builder = http::Request::post(HANDLE_PATH).version(http::Version::HTTP_2);
-    if let Some(slot) = builder.headers_mut() {
-        *slot = headers;
-    }
-    if let Some(slot) = builder.extensions_mut() {
-        *slot = extensions;
-    }
-    let request = builder
-        .body(tonic::body::Body::new(http_body_util::Full::new(encoded.freeze())))
-        .map_err(|e| Status::internal(format!("building the request: {e}")))?;
+    // Made in place, not by `http::Request`'s builder: that parsed the path into a new
+    // allocation for every call, and moved the request's parts through each of its steps.
+    let mut request = http::Request::new(tonic::body::Body::new(http_body_util::Full::new(encoded.freeze())));
+    *request.method_mut() = http::Method::POST;
+    *request.uri_mut() = HANDLE_URI.clone();
+    *request.version_mut() = http::Version::HTTP_2;
+    *request.headers_mut() = headers;
+    *request.extensions_mut() = extensions;
     // The status a failed transport carries (its source), as tonic's client found it.
     let response = channel.oneshot(request).await.map_err(|e| Status::from_error(Box::new(e)))?;
     Frames::from_response(response, crate::MAX_MESSAGE_BYTES)
