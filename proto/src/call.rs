@@ -31,6 +31,10 @@ use crate::transport::GrpcChannel;
 /// The path of `mcp.v1.McpService/Handle`.
 pub const HANDLE_PATH: &str = "/mcp.v1.McpService/Handle";
 
+/// What gRPC itself sets, by names made once (a lookup by text parses the name first).
+const RESERVED: [http::HeaderName; 3] =
+    [GRPC_STATUS, http::HeaderName::from_static("grpc-message"), http::HeaderName::from_static("grpc-message-type")];
+
 /// [`HANDLE_PATH`] as a URI, parsed once (a clone shares its bytes).
 static HANDLE_URI: std::sync::LazyLock<http::Uri> = std::sync::LazyLock::new(|| http::Uri::from_static(HANDLE_PATH));
 
@@ -59,7 +63,7 @@ pub async fn handle(channel: GrpcChannel, request: tonic::Request<pb::McpRequest
     message.encode(&mut encoded).map_err(|e| Status::internal(format!("encoding the request: {e}")))?;
     let mut headers = metadata.into_headers();
     // As tonic's client: what gRPC itself sets is not taken from the caller's metadata.
-    for reserved in ["grpc-status", "grpc-message", "grpc-message-type"] {
+    for reserved in &RESERVED {
         headers.remove(reserved);
     }
     headers.insert(http::header::CONTENT_TYPE, http::HeaderValue::from_static("application/grpc"));

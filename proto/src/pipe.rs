@@ -67,6 +67,10 @@ pub const PREFIX: usize = 5;
 /// call is cancelled. A stream per call let the service send up to its window (2 MiB) ahead.
 pub const CALL_BUFFER: usize = 16 * 1024 * 1024;
 
+/// The trace context's headers, by names made once (a lookup by text parses the name first).
+const TRACEPARENT: http::HeaderName = http::HeaderName::from_static("traceparent");
+const TRACESTATE: http::HeaderName = http::HeaderName::from_static("tracestate");
+
 /// How often a pipe looks whether its connection was told to go away.
 pub const GOAWAY_CHECK: std::time::Duration = std::time::Duration::from_secs(1);
 
@@ -232,13 +236,15 @@ impl Pipe {
         let request = message
             .get(PREFIX..)
             .ok_or_else(|| TransportError::request(tonic::Status::internal("a Handle request without its message")))?;
-        let header = |name: &str| parts.headers.get(name).and_then(|v| v.to_str().ok()).unwrap_or_default().to_owned();
+        let header = |name: &http::HeaderName| {
+            parts.headers.get(name).and_then(|v| v.to_str().ok()).unwrap_or_default().to_owned()
+        };
         let call = self.0.next.fetch_add(1, Ordering::Relaxed);
         let framed = framed(&pb::PipeCall {
             call,
             request: message.slice_ref(request),
-            traceparent: header("traceparent"),
-            tracestate: header("tracestate"),
+            traceparent: header(&TRACEPARENT),
+            tracestate: header(&TRACESTATE),
         });
         let (events, mut rx) = mpsc::unbounded_channel();
         let waiting = Arc::new(AtomicUsize::new(0));
