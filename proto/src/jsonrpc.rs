@@ -42,12 +42,13 @@ pub fn result_spliced(id: Option<&str>, head: &Value, member: &str, json: &[u8])
 
 /// What a success reply to `id` starts with, up to its result, with room for `rest` bytes more.
 pub fn result_head(id: Option<&str>, rest: usize) -> Vec<u8> {
-    const HEAD: usize = r#"{"jsonrpc":"2.0","id":,"result":"#.len();
+    const OPEN: &[u8] = br#"{"jsonrpc":"2.0","id":"#;
+    const RESULT: &[u8] = br#","result":"#;
     let id = id.unwrap_or("null");
-    let mut out = Vec::with_capacity(HEAD + id.len() + rest);
-    out.extend_from_slice(br#"{"jsonrpc":"2.0","id":"#);
+    let mut out = Vec::with_capacity(OPEN.len() + id.len() + RESULT.len() + rest);
+    out.extend_from_slice(OPEN);
     out.extend_from_slice(id.as_bytes());
-    out.extend_from_slice(br#","result":"#);
+    out.extend_from_slice(RESULT);
     out
 }
 

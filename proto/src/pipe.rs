@@ -67,10 +67,6 @@ pub const PREFIX: usize = 5;
 /// call is cancelled. A stream per call let the service send up to its window (2 MiB) ahead.
 pub const CALL_BUFFER: usize = 16 * 1024 * 1024;
 
-/// The trace context's headers, by names made once (a lookup by text parses the name first).
-const TRACEPARENT: http::HeaderName = http::HeaderName::from_static("traceparent");
-const TRACESTATE: http::HeaderName = http::HeaderName::from_static("tracestate");
-
 /// How often a pipe looks whether its connection was told to go away.
 pub const GOAWAY_CHECK: std::time::Duration = std::time::Duration::from_secs(1);
 
@@ -243,8 +239,8 @@ impl Pipe {
         let framed = framed(&pb::PipeCall {
             call,
             request: message.slice_ref(request),
-            traceparent: header(&TRACEPARENT),
-            tracestate: header(&TRACESTATE),
+            traceparent: header(&crate::telemetry::TRACEPARENT),
+            tracestate: header(&crate::telemetry::TRACESTATE),
         });
         let (events, mut rx) = mpsc::unbounded_channel();
         let waiting = Arc::new(AtomicUsize::new(0));

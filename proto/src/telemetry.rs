@@ -370,10 +370,13 @@ pub fn extract_grpc(span: &tracing::Span, metadata: &tonic::metadata::MetadataMa
     continue_trace(span, &MetadataCarrier(metadata), traceparent(metadata.as_ref()))
 }
 
-/// The W3C `traceparent` of a request's HTTP headers or gRPC metadata (the same map), looked up
-/// by a name made once: a lookup by text parses the name on every request.
+/// The W3C trace context's headers, by names made once: a lookup by text parses the name on
+/// every request.
+pub const TRACEPARENT: http::HeaderName = http::HeaderName::from_static("traceparent");
+pub const TRACESTATE: http::HeaderName = http::HeaderName::from_static("tracestate");
+
+/// The W3C `traceparent` of a request's HTTP headers or gRPC metadata (the same map).
 fn traceparent(headers: &http::HeaderMap) -> Option<&str> {
-    const TRACEPARENT: http::HeaderName = http::HeaderName::from_static("traceparent");
     headers.get(&TRACEPARENT).and_then(|v| v.to_str().ok())
 }
 
