@@ -1,7 +1,8 @@
 //! The JSON-RPC envelope and the era rule: any bytes, with any `MCP-Protocol-Version` header,
 //! parse to a message or a clean error; nothing panics. The parse without the depth probe
 //! (mcp-service's, behind the gateway) reads what the probe accepts alike, and the parse that
-//! spares the probe where it cannot fail answers every body as the one that always probes.
+//! spares the probe where it cannot fail answers every body as the one that always probes; the
+//! outline of a message (what mcp-service reads instead of parsing it again) reads as its parse.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
 use mcp_proto::envelope::{Body, parse_body, parse_body_always_probed, parse_checked_body};
@@ -22,6 +23,11 @@ fuzz_target!(|data: &[u8]| {
         let _ = env.id_json();
         let _ = env.meta_version_str();
         let _ = gateway::era::classify(env, header);
+        // The outline the gateway sends mcp-service reads as the parse it describes.
+        if let Some(outline) = env.outline(body) {
+            let read = mcp_proto::envelope::from_outline(body, &outline).expect("an outline fits its body");
+            assert_eq!(format!("{read:?}"), format!("{env:?}"));
+        }
     }
     // mcp-service's parse of a body the gateway parsed: any bytes, checked or not, give a
     // message or a clean error, and a body the probe accepts reads alike both ways.

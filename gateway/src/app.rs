@@ -281,7 +281,7 @@ async fn mcp_post(
     let mut cache_key = None;
     // A legacy list of a session not known to be live: the mark to learn it by.
     let mut learning = None;
-    let (era, id, method) = match envelope::parse_body(&body) {
+    let (era, id, method, outline) = match envelope::parse_body(&body) {
         Err(EnvelopeError::Parse(m)) => {
             return rpc_error(StatusCode::BAD_REQUEST, None, ErrorCode::PARSE_ERROR, &format!("Parse error: {m}"));
         }
@@ -295,7 +295,7 @@ async fn mcp_post(
         }
         Ok(Body::Batch(_)) => {
             let modern = header_version.as_deref().is_some_and(|v| !mcp_proto::vocab::is_legacy_revision(v));
-            (if modern { Era::Modern } else { Era::Legacy }, None, "batch")
+            (if modern { Era::Modern } else { Era::Legacy }, None, "batch", None)
         }
         Ok(Body::Single(env)) => {
             let era = era::classify(&env, header_version.as_deref());
@@ -307,7 +307,7 @@ async fn mcp_post(
                 return refusal(r, id.as_deref());
             }
             if env.kind == envelope::Kind::Request && accepts.json {
-                let (method, params) = (env.method.as_ref(), env.params.map(|p| p.get()));
+                let (method, params) = (env.method.as_ref(), env.params);
                 let version = header_version.as_deref();
                 cache_key = match era {
                     Era::Modern => gw.cache.key(method, version, params),
@@ -335,7 +335,8 @@ async fn mcp_post(
                     Era::Legacy => gw.cache.legacy_key(method, version, params),
                 };
             }
-            (era, id, mcp_proto::vocab::method_label(env.method.as_ref()))
+            // mcp-service reads the message's parts from where this parse found them.
+            (era, id, mcp_proto::vocab::method_label(env.method.as_ref()), env.outline(&body))
         }
     };
     let labels = crate::observe::McpLabels { method, era: if era == Era::Modern { "modern" } else { "legacy" } };
@@ -380,6 +381,7 @@ async fn mcp_post(
         accepts_stream: accepts.stream,
         param_headers: param_headers(&headers),
         if_tag: named.as_ref().map(|(tag, _)| tag.clone()).unwrap_or_default(),
+        outline,
     };
     // Boxed: the call's state (about 2.7 KB) would otherwise make this handler's future, made
     // and moved whole for every request (a cached answer's too), that much larger.

@@ -152,11 +152,16 @@ impl Engine {
     }
 
     /// Handle one body (a message or a batch): interim frames, then exactly one final frame.
-    pub async fn handle(&self, body: &[u8], ctx: &Context, sink: &Sink) {
+    /// `outline`: where the gateway found the message's parts in the body
+    /// (`McpRequest.outline`), which then stands for the engine's own parse when it fits.
+    pub async fn handle(&self, body: &[u8], outline: Option<&mcp_proto::mcp::Outline>, ctx: &Context, sink: &Sink) {
         let era_hint = ctx.era.unwrap_or(Era::Legacy);
         // Over HTTP the gateway parsed the body before it, with the same function.
         let parsed = match ctx.transport {
-            Transport::StreamableHttp => envelope::parse_checked_body(body),
+            Transport::StreamableHttp => match outline.and_then(|outline| envelope::from_outline(body, outline)) {
+                Some(env) => Ok(Body::Single(env)),
+                None => envelope::parse_checked_body(body),
+            },
             _ => envelope::parse_body(body),
         };
         let frame = match parsed {
@@ -573,9 +578,9 @@ fn env_bytes<'a>(env: &Envelope<'a>) -> &'a [u8] {
 fn parse_params(env: &Envelope<'_>) -> Result<Value, Error> {
     match env.params {
         None => Ok(json!({})),
-        Some(raw) if raw.get() == "null" => Ok(json!({})),
+        Some("null") => Ok(json!({})),
         Some(raw) => {
-            let v: Value = serde_json::from_str(raw.get()).map_err(|e| Error::InvalidParams(e.to_string()))?;
+            let v: Value = serde_json::from_str(raw).map_err(|e| Error::InvalidParams(e.to_string()))?;
             if v.is_object() { Ok(v) } else { Err(Error::InvalidParams("`params` must be an object".into())) }
         }
     }

@@ -69,7 +69,17 @@ pub(crate) fn start(
     let era = req.era();
     let transport = req.transport();
     // The request is taken apart, not copied.
-    let pb::McpRequest { body, header_version, principal, session_id, accepts_stream, param_headers, if_tag, .. } = req;
+    let pb::McpRequest {
+        body,
+        header_version,
+        principal,
+        session_id,
+        accepts_stream,
+        param_headers,
+        if_tag,
+        outline,
+        ..
+    } = req;
     let ctx = Context {
         era: match era {
             pb::Era::Legacy => Some(Era::Legacy),
@@ -90,7 +100,7 @@ pub(crate) fn start(
     // own, inside the small future the request log wraps: that one is moved four times on its
     // way into the returned box (into the span's and the log's wrappers, out of them, into the
     // box), and each move copied all of the work's state when the work was inside it.
-    let work = async move { Box::pin(engine.handle(&body, &ctx, &tx)).await };
+    let work = async move { Box::pin(engine.handle(&body, outline.as_ref(), &ctx, &tx)).await };
     (Box::pin(log.scope(work)), rx)
 }
 

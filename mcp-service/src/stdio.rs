@@ -83,13 +83,13 @@ where
             continue;
         }
         if method == "initialize" {
-            engine.handle(&line, &ctx, &tx).await;
+            engine.handle(&line, None, &ctx, &tx).await;
             continue;
         }
         let (engine, ctx, tx, registry) = (engine.clone(), ctx.clone(), tx.clone(), in_flight.clone());
         let key = id.clone();
         let handle = tasks.spawn(async move {
-            engine.handle(&line, &ctx, &tx).await;
+            engine.handle(&line, None, &ctx, &tx).await;
             if let Some(key) = key {
                 registry.lock().map(|mut m| m.remove(&key)).ok();
             }

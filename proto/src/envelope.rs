@@ -9,6 +9,7 @@ use std::borrow::Cow;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
+use crate::mcp as pb;
 use crate::vocab::{Era, meta};
 
 /// What kind of JSON-RPC message a body is.
@@ -40,8 +41,8 @@ pub struct Envelope<'a> {
     pub id: Option<&'a RawValue>,
     /// Empty for responses.
     pub method: Cow<'a, str>,
-    /// The raw `params`, if any.
-    pub params: Option<&'a RawValue>,
+    /// The raw `params` (JSON text), if any.
+    pub params: Option<&'a str>,
     /// `params.name` or `params.uri` when it is a string.
     pub name: Option<Cow<'a, str>>,
     pub uri: Option<Cow<'a, str>>,
@@ -465,7 +466,7 @@ pub fn parse_message(raw: &str) -> Result<Envelope<'_>, EnvelopeError> {
         kind,
         id: msg.id,
         method: method.unwrap_or(Cow::Borrowed("")),
-        params: msg.params,
+        params: msg.params.map(RawValue::get),
         name: None,
         uri: None,
         meta: false,
@@ -537,6 +538,160 @@ impl Envelope<'_> {
         }
         None
     }
+}
+
+/// The parts of a message an outline places, in the order of `Outline.parts`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Part {
+    /// The whole message.
+    Message,
+    Id,
+    Method,
+    Params,
+    Name,
+    Uri,
+    /// `params._meta`'s protocol version.
+    MetaVersion,
+}
+
+/// How many parts an outline places.
+const PARTS: usize = 7;
+
+/// Where `outline` places `part`: `Some(None)` when the message has no such part, `None` when
+/// the outline is not one (too few numbers).
+pub fn place(outline: &pb::Outline, part: Part) -> Option<Option<std::ops::Range<usize>>> {
+    let (start, length) = match outline.parts.get(2 * part as usize..2 * part as usize + 2)? {
+        &[start, length] => (start as usize, length as usize),
+        _ => return None,
+    };
+    match length.checked_sub(1) {
+        None => Some(None),
+        Some(length) => Some(Some(start..start.checked_add(length)?)),
+    }
+}
+
+/// Make `outline` place `part` at `at` (`None`: the message has no such part).
+pub fn set_place(outline: &mut pb::Outline, part: Part, at: Option<std::ops::Range<usize>>) {
+    outline.parts.resize(2 * PARTS, 0);
+    let (start, length) = at.map_or((0, 0), |at| (at.start, at.len() + 1));
+    outline.parts[2 * part as usize] = u32::try_from(start).unwrap_or(u32::MAX);
+    outline.parts[2 * part as usize + 1] = u32::try_from(length).unwrap_or(u32::MAX);
+}
+
+impl<'a> Envelope<'a> {
+    /// Where this message's parts lie in `body`, the bytes it was parsed from, for a service
+    /// that would otherwise parse the body again ([`from_outline`]). `None` when a part is not in
+    /// the body as is (a method, name or uri written with escapes), or the envelope was not
+    /// parsed from `body`.
+    pub fn outline(&self, body: &[u8]) -> Option<pb::Outline> {
+        let base = body.as_ptr() as usize;
+        let mut parts = Vec::with_capacity(2 * PARTS);
+        // A slice of the body: where it starts and its length plus one.
+        let mut add = |part: Option<&str>| {
+            let Some(part) = part else {
+                parts.extend([0, 0]);
+                return Some(());
+            };
+            let start = (part.as_ptr() as usize).checked_sub(base)?;
+            if start + part.len() > body.len() {
+                return None;
+            }
+            parts.extend([u32::try_from(start).ok()?, u32::try_from(part.len() + 1).ok()?]);
+            Some(())
+        };
+        // A string's text, when it is in the body as is (no escapes decoded into a copy).
+        fn text<'t>(value: Option<&'t Cow<'_, str>>) -> Result<Option<&'t str>, ()> {
+            match value {
+                Some(Cow::Owned(_)) => Err(()),
+                Some(Cow::Borrowed(text)) => Ok(Some(text)),
+                None => Ok(None),
+            }
+        }
+        let method = match self.kind {
+            Kind::Response => None,
+            Kind::Request | Kind::Notification => text(Some(&self.method)).ok()?,
+        };
+        add(Some(self.raw))?;
+        add(self.id.map(RawValue::get))?;
+        add(method)?;
+        add(self.params)?;
+        add(text(self.name.as_ref()).ok()?)?;
+        add(text(self.uri.as_ref()).ok()?)?;
+        add(self.meta_version.map(RawValue::get))?;
+        let kind = match self.kind {
+            Kind::Request => pb::MessageKind::Request,
+            Kind::Notification => pb::MessageKind::Notification,
+            Kind::Response => pb::MessageKind::Response,
+        };
+        Some(pb::Outline {
+            kind: kind as i32,
+            parts,
+            meta: self.meta,
+            meta_has_capabilities: self.meta_has_capabilities,
+        })
+    }
+}
+
+/// The envelope `outline` describes in `body`, without parsing the body again: what a gateway
+/// that parsed it with [`parse_body`] sent along ([`Envelope::outline`]). `None` when the outline
+/// does not fit the body (a part outside it or not on a character's boundary, a kind not known,
+/// a part that is not what its place needs): the body is then parsed as usual. The short parts
+/// (the id, the protocol version) are read as JSON again, so that they are echoed as valid JSON
+/// whatever the outline says; `params` is read whole later (into a tree) by whoever uses it.
+pub fn from_outline<'a>(body: &'a [u8], outline: &pb::Outline) -> Option<Envelope<'a>> {
+    if outline.parts.len() != 2 * PARTS {
+        return None;
+    }
+    let text = std::str::from_utf8(body).ok()?;
+    let part = |part: Part| match place(outline, part).ok_or(())? {
+        None => Ok(None),
+        Some(at) => text.get(at).map(Some).ok_or(()),
+    };
+    let json = |which: Part| -> Result<Option<&'a RawValue>, ()> {
+        match part(which)? {
+            None => Ok(None),
+            Some(part) => serde_json::from_str::<&RawValue>(part).map(Some).map_err(drop),
+        }
+    };
+    // A string's text as is: no quote or backslash can be in it.
+    let plain = |which: Part| -> Result<Option<Cow<'a, str>>, ()> {
+        match part(which)? {
+            Some(text) if text.contains(['"', '\\']) => Err(()),
+            found => Ok(found.map(Cow::Borrowed)),
+        }
+    };
+    let raw = part(Part::Message).ok()??;
+    let kind = match pb::MessageKind::try_from(outline.kind).ok()? {
+        pb::MessageKind::Request => Kind::Request,
+        pb::MessageKind::Notification => Kind::Notification,
+        pb::MessageKind::Response => Kind::Response,
+        pb::MessageKind::Unspecified => return None,
+    };
+    let id = json(Part::Id).ok()?;
+    if id.is_some_and(|id| !is_valid_id(id)) || (kind == Kind::Notification) != id.is_none() {
+        return None;
+    }
+    let method = match kind {
+        Kind::Response if part(Part::Method).ok()?.is_none() => Cow::Borrowed(""),
+        Kind::Response => return None,
+        Kind::Request | Kind::Notification => plain(Part::Method).ok()??,
+    };
+    let params = part(Part::Params).ok()?;
+    if params.is_some_and(|p| !(p.starts_with('{') || p.starts_with('[') || p == "null")) {
+        return None;
+    }
+    Some(Envelope {
+        raw,
+        kind,
+        id,
+        method,
+        params,
+        name: plain(Part::Name).ok()?,
+        uri: plain(Part::Uri).ok()?,
+        meta: outline.meta,
+        meta_version: json(Part::MetaVersion).ok()?,
+        meta_has_capabilities: outline.meta_has_capabilities,
+    })
 }
 
 /// Which body field a routing header is compared with.
@@ -822,5 +977,96 @@ mod tests {
     fn bom_is_tolerated() {
         let body = "\u{feff}{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\"}";
         assert!(matches!(parse_body(body.as_bytes()), Ok(Body::Single(_))));
+    }
+
+    /// An outline, sent as it travels (encoded and decoded), reads as the parse it describes:
+    /// requests of both eras, a notification, a response, a string id, text outside ASCII,
+    /// whitespace and a byte order mark around the message, `params` that are `null` or absent.
+    #[test]
+    fn an_outline_reads_as_the_parse_it_describes() {
+        use prost::Message as _;
+        let bodies = [
+            "{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"tools/call\",\"params\":{\"name\":\"écho ☃\",\"arguments\":{\"message\":\"hi\"},\"_meta\":{\"io.modelcontextprotocol/protocolVersion\":\"2026-07-28\",\"io.modelcontextprotocol/clientCapabilities\":{}}}}",
+            "\u{feff} \n{\"jsonrpc\":\"2.0\",\"id\":\"req-1\",\"method\":\"resources/read\",\"params\":{\"uri\":\"test://ü\"}}\r\n",
+            "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/initialized\"}",
+            "{\"jsonrpc\":\"2.0\",\"id\":-3,\"result\":{\"ok\":true}}",
+            "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\",\"params\":null}",
+            "{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"tools/list\",\"params\":{\"_meta\":{\"io.modelcontextprotocol/protocolVersion\":5}}}",
+        ];
+        for body in bodies {
+            let parsed = single(body);
+            let outline = parsed.outline(body.as_bytes()).expect("an outline");
+            let outline = pb::Outline::decode(&outline.encode_to_vec()[..]).expect("decoded");
+            let read = from_outline(body.as_bytes(), &outline).expect("fits");
+            assert_eq!(format!("{read:?}"), format!("{parsed:?}"), "{body}");
+            // Borrowed from the body, as the parse is.
+            assert!(matches!(read.method, Cow::Borrowed(_)), "{body}");
+        }
+    }
+
+    /// A part written with escapes is not in the body as its text: no outline (the service
+    /// parses the body). An envelope is outlined only in the body it was parsed from.
+    #[test]
+    fn an_escaped_part_or_another_body_has_no_outline() {
+        for body in [
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools\/list"}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"a\"b"}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"resources/read","params":{"uri":"x\u0041"}}"#,
+        ] {
+            assert!(single(body).outline(body.as_bytes()).is_none(), "{body}");
+        }
+        let body = r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#;
+        let copy = body.as_bytes().to_vec();
+        assert!(single(body).outline(&copy).is_none());
+    }
+
+    /// An outline that does not fit its body is set aside (`None`): a span past the end or
+    /// inside a character, a kind not known, an id that is not one, a notification with an id or
+    /// a request without one, a response with a method, a method with a quote in it, `params`
+    /// that are not an object, an array or `null`.
+    #[test]
+    fn an_outline_that_does_not_fit_is_set_aside() {
+        let body =
+            "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/call\",\"params\":{\"name\":\"é\",\"x\":\"a\\\"b\"}}";
+        let bytes = body.as_bytes();
+        let good = single(body).outline(bytes).expect("an outline");
+        assert!(from_outline(bytes, &good).is_some());
+        let at = |part: &str| {
+            let start = body.find(part).expect("in the body");
+            Some(start..start + part.len())
+        };
+        let moved = |part: Part, to: Option<std::ops::Range<usize>>| {
+            let mut outline = good.clone();
+            set_place(&mut outline, part, to);
+            outline
+        };
+        let inside_e = body.find('é').expect("é") + 1;
+        let unfit = [
+            moved(Part::Message, Some(0..body.len() + 1)),
+            moved(Part::Name, Some(inside_e - 1..inside_e)),
+            moved(Part::Message, None),
+            pb::Outline { kind: 0, ..good.clone() },
+            pb::Outline { kind: 9, ..good.clone() },
+            pb::Outline { parts: good.parts[..12].to_vec(), ..good.clone() },
+            pb::Outline { parts: [&good.parts[..], &[0, 0]].concat(), ..good.clone() },
+            pb::Outline { parts: vec![u32::MAX; 14], ..good.clone() },
+            moved(Part::Id, at("tools/call")),
+            moved(Part::Id, at("{\"name\"")),
+            moved(Part::Id, None),
+            pb::Outline { kind: pb::MessageKind::Notification as i32, ..good.clone() },
+            pb::Outline { kind: pb::MessageKind::Response as i32, ..good.clone() },
+            moved(Part::Method, None),
+            moved(Part::Method, at("a\\\"b")),
+            moved(Part::Params, at("tools/call")),
+            moved(Part::MetaVersion, at("{\"name\"")),
+        ];
+        for (i, outline) in unfit.iter().enumerate() {
+            assert!(from_outline(bytes, outline).is_none(), "case {i}: {outline:?}");
+        }
+        // Placed and read back.
+        assert_eq!(place(&moved(Part::Uri, Some(3..9)), Part::Uri), Some(Some(3..9)));
+        assert_eq!(place(&moved(Part::Uri, None), Part::Uri), Some(None));
+        assert_eq!(place(&pb::Outline::default(), Part::Uri), None);
+        assert!(from_outline(b"\xff{}", &good).is_none(), "not UTF-8");
     }
 }

@@ -38,7 +38,7 @@ use std::time::Duration;
 
 use clap::Parser as _;
 
-use crate::mcp::Op;
+use crate::mcp::{Era, Op};
 use crate::measure::Plan;
 use crate::servers::Kind;
 
@@ -79,6 +79,9 @@ struct Cli {
     /// Which operations [default: all]: each is measured in every era it has.
     #[arg(long, value_delimiter = ',', value_enum)]
     ops: Vec<Op>,
+    /// Which eras [default: both]: `modern` (2026-07-28) and `legacy` (2025-06-18).
+    #[arg(long, value_delimiter = ',', value_enum)]
+    eras: Vec<Era>,
     /// Do not pin servers and load generator to separate CPUs.
     #[arg(long)]
     no_pin: bool,
@@ -205,6 +208,7 @@ fn plan(cli: &Cli) -> anyhow::Result<Plan> {
         smoke: cli.smoke,
         servers: if cli.servers.is_empty() { default_servers(cli.smoke) } else { cli.servers.clone() },
         ops: if cli.ops.is_empty() { Op::ALL.to_vec() } else { cli.ops.clone() },
+        eras: if cli.eras.is_empty() { Era::ALL.to_vec() } else { cli.eras.clone() },
         catalogs,
         concurrency,
         duration,

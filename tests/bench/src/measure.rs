@@ -19,8 +19,9 @@ use crate::workload;
 pub struct Plan {
     pub smoke: bool,
     pub servers: Vec<Kind>,
-    /// The operations measured, each in every era it has.
+    /// The operations measured, each in every era it has among `eras`.
     pub ops: Vec<Op>,
+    pub eras: Vec<Era>,
     pub catalogs: Vec<usize>,
     pub concurrency: Vec<usize>,
     pub duration: Duration,
@@ -31,6 +32,13 @@ pub struct Plan {
     pub pinned: bool,
     /// How many times every measurement is taken, the servers in a rotating order.
     pub rounds: usize,
+}
+
+impl Plan {
+    /// Whether the scenario of `op` in `era` is measured.
+    pub fn measures(&self, op: Op, era: Era) -> bool {
+        self.ops.contains(&op) && self.eras.contains(&era)
+    }
 }
 
 /// One measurement: a server × scenario × catalog size × concurrency.
@@ -279,7 +287,7 @@ const SETTLE: Duration = Duration::from_secs(3);
 async fn catalog_run(plan: &Plan, launch: &Launch<'_>, clock: &Clock, catalog: usize, results: &mut Results) {
     let mut servers: Vec<Server> = Vec::new();
     for &kind in &plan.servers {
-        let supported = |(op, era): (Op, Era)| plan.ops.contains(&op) && kind.supports(op, era, catalog);
+        let supported = |(op, era): (Op, Era)| plan.measures(op, era) && kind.supports(op, era, catalog);
         if !Op::scenarios().any(supported) {
             continue;
         }
@@ -292,7 +300,7 @@ async fn catalog_run(plan: &Plan, launch: &Launch<'_>, clock: &Clock, catalog: u
     // Measured as deployed servers run, not as they start: the services hand back their
     // start-up code two seconds after they start (`mcp_proto::resident`).
     tokio::time::sleep(SETTLE).await;
-    for (op, era) in Op::scenarios().filter(|(op, _)| plan.ops.contains(op)) {
+    for (op, era) in Op::scenarios().filter(|&(op, era)| plan.measures(op, era)) {
         let what = format!("{} ({})", op.label(), era.version());
         // Each server's requests for this scenario, set up and warmed up.
         let mut taking_part: Vec<(usize, Arc<Workload>)> = Vec::new();

@@ -4,6 +4,7 @@
 
 use bytes::{Buf as _, Bytes};
 use e2e::{Proc, modern_request};
+use mcp_proto::envelope::{Part, set_place};
 use mcp_proto::mcp as pb;
 use prost::Message as _;
 use serde_json::{Value, json};
@@ -150,6 +151,68 @@ async fn handle_answers_its_frames_then_ok() {
 /// Calls refused: without the service token (checked before the message is read), with a
 /// compressed or malformed message, and to a method that does not exist; each with a status
 /// and its reason.
+/// The envelope's outline the gateway sends stands for mcp-service's own parse when it fits
+/// the body, and is set aside when it does not: an outline whose `id` is another number of the
+/// body is answered with that id (so the outline was read, not the body parsed again); one that
+/// does not fit (a span past the end, a kind not known, an id that is not JSON) is answered as
+/// the body says.
+#[tokio::test]
+async fn handle_reads_the_envelope_from_its_outline_when_it_fits() {
+    let (_registry, mcp, _dir) = engine("builtins: [demo]\n").await;
+    let body = serde_json::to_vec(&modern_request(
+        1,
+        "tools/call",
+        json!({ "name": "echo", "arguments": { "message": "42" } }),
+    ))
+    .expect("JSON");
+    let text = std::str::from_utf8(&body).expect("UTF-8");
+    let parsed = match mcp_proto::envelope::parse_body(&body).expect("a message") {
+        mcp_proto::envelope::Body::Single(env) => env,
+        mcp_proto::envelope::Body::Batch(_) => panic!("one message"),
+    };
+    let outline = parsed.outline(&body).expect("an outline");
+    let at = |part: &str| {
+        let start = text.find(part).expect("in the body");
+        Some(start..start + part.len())
+    };
+    let moved = |part: Part, to: Option<std::ops::Range<usize>>| {
+        let mut moved = outline.clone();
+        set_place(&mut moved, part, to);
+        moved
+    };
+    let send = |outline: pb::Outline| {
+        let request = pb::McpRequest {
+            body: body.clone().into(),
+            era: pb::Era::Modern as i32,
+            header_version: e2e::MODERN.into(),
+            transport: pb::Transport::StreamableHttp as i32,
+            outline: Some(outline),
+            ..Default::default()
+        };
+        let addr = mcp.addr();
+        async move {
+            let answer = call(addr, HANDLE, Some(TOKEN), framed(0, &request.encode_to_vec())).await;
+            assert_eq!(answer.status, "0", "{}", answer.message);
+            let reply: Value = serde_json::from_slice(&answer.frames()[0].json).expect("JSON");
+            reply
+        }
+    };
+    let reply = send(outline.clone()).await;
+    assert_eq!(reply["id"], 1, "{reply}");
+    let echoed = |reply: &Value| reply["result"]["content"][0]["text"].as_str().is_some_and(|t| t.contains("42"));
+    assert!(echoed(&reply), "{reply}");
+    assert_eq!(send(moved(Part::Id, at("42"))).await["id"], 42, "the outline's id");
+    for unfit in [
+        moved(Part::Id, Some(0..body.len() + 1)),
+        pb::Outline { kind: 0, ..moved(Part::Id, at("42")) },
+        moved(Part::Id, Some(0..2)),
+    ] {
+        let reply = send(unfit).await;
+        assert_eq!(reply["id"], 1, "parsed from the body: {reply}");
+        assert!(echoed(&reply), "{reply}");
+    }
+}
+
 #[tokio::test]
 async fn handle_refuses_what_it_cannot_serve() {
     let (_registry, mcp, _dir) = engine("builtins: [demo]\n").await;
