@@ -11,6 +11,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         ".mcp.v1.McpFrame.json",
         ".mcp.v1.PipeCall.request",
         ".mcp.v1.PipeFrame.frame",
+        ".mcp.v1.Outline.parts",
         ".registry.v1.ReadResourceResult.contents_json",
     ] {
         config = config.bytes(field);

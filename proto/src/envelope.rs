@@ -557,13 +557,15 @@ pub enum Part {
 /// How many parts an outline places.
 const PARTS: usize = 7;
 
+/// The bytes an outline's numbers take.
+const PARTS_BYTES: usize = 2 * PARTS * 4;
+
 /// Where `outline` places `part`: `Some(None)` when the message has no such part, `None` when
 /// the outline is not one (too few numbers).
 pub fn place(outline: &pb::Outline, part: Part) -> Option<Option<std::ops::Range<usize>>> {
-    let (start, length) = match outline.parts.get(2 * part as usize..2 * part as usize + 2)? {
-        &[start, length] => (start as usize, length as usize),
-        _ => return None,
-    };
+    let at = 8 * part as usize;
+    let number = |at: usize| outline.parts.get(at..at + 4).map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]));
+    let (start, length) = (number(at)? as usize, number(at + 4)? as usize);
     match length.checked_sub(1) {
         None => Some(None),
         Some(length) => Some(Some(start..start.checked_add(length)?)),
@@ -572,10 +574,13 @@ pub fn place(outline: &pb::Outline, part: Part) -> Option<Option<std::ops::Range
 
 /// Make `outline` place `part` at `at` (`None`: the message has no such part).
 pub fn set_place(outline: &mut pb::Outline, part: Part, at: Option<std::ops::Range<usize>>) {
-    outline.parts.resize(2 * PARTS, 0);
+    let mut parts = outline.parts.to_vec();
+    parts.resize(PARTS_BYTES, 0);
     let (start, length) = at.map_or((0, 0), |at| (at.start, at.len() + 1));
-    outline.parts[2 * part as usize] = u32::try_from(start).unwrap_or(u32::MAX);
-    outline.parts[2 * part as usize + 1] = u32::try_from(length).unwrap_or(u32::MAX);
+    let at = 8 * part as usize;
+    parts[at..at + 4].copy_from_slice(&u32::try_from(start).unwrap_or(u32::MAX).to_le_bytes());
+    parts[at + 4..at + 8].copy_from_slice(&u32::try_from(length).unwrap_or(u32::MAX).to_le_bytes());
+    outline.parts = parts.into();
 }
 
 impl<'a> Envelope<'a> {
@@ -585,18 +590,19 @@ impl<'a> Envelope<'a> {
     /// parsed from `body`.
     pub fn outline(&self, body: &[u8]) -> Option<pb::Outline> {
         let base = body.as_ptr() as usize;
-        let mut parts = Vec::with_capacity(2 * PARTS);
+        let mut parts = Vec::with_capacity(PARTS_BYTES);
         // A slice of the body: where it starts and its length plus one.
         let mut add = |part: Option<&str>| {
             let Some(part) = part else {
-                parts.extend([0, 0]);
+                parts.extend_from_slice(&[0; 8]);
                 return Some(());
             };
             let start = (part.as_ptr() as usize).checked_sub(base)?;
             if start + part.len() > body.len() {
                 return None;
             }
-            parts.extend([u32::try_from(start).ok()?, u32::try_from(part.len() + 1).ok()?]);
+            parts.extend_from_slice(&u32::try_from(start).ok()?.to_le_bytes());
+            parts.extend_from_slice(&u32::try_from(part.len() + 1).ok()?.to_le_bytes());
             Some(())
         };
         // A string's text, when it is in the body as is (no escapes decoded into a copy).
@@ -625,7 +631,7 @@ impl<'a> Envelope<'a> {
         };
         Some(pb::Outline {
             kind: kind as i32,
-            parts,
+            parts: parts.into(),
             meta: self.meta,
             meta_has_capabilities: self.meta_has_capabilities,
         })
@@ -639,7 +645,7 @@ impl<'a> Envelope<'a> {
 /// (the id, the protocol version) are read as JSON again, so that they are echoed as valid JSON
 /// whatever the outline says; `params` is read whole later (into a tree) by whoever uses it.
 pub fn from_outline<'a>(body: &'a [u8], outline: &pb::Outline) -> Option<Envelope<'a>> {
-    if outline.parts.len() != 2 * PARTS {
+    if outline.parts.len() != PARTS_BYTES {
         return None;
     }
     let text = std::str::from_utf8(body).ok()?;
@@ -1047,9 +1053,9 @@ mod tests {
             moved(Part::Message, None),
             pb::Outline { kind: 0, ..good.clone() },
             pb::Outline { kind: 9, ..good.clone() },
-            pb::Outline { parts: good.parts[..12].to_vec(), ..good.clone() },
-            pb::Outline { parts: [&good.parts[..], &[0, 0]].concat(), ..good.clone() },
-            pb::Outline { parts: vec![u32::MAX; 14], ..good.clone() },
+            pb::Outline { parts: good.parts.slice(..PARTS_BYTES - 8), ..good.clone() },
+            pb::Outline { parts: [&good.parts[..], &[0; 8]].concat().into(), ..good.clone() },
+            pb::Outline { parts: vec![0xff; PARTS_BYTES].into(), ..good.clone() },
             moved(Part::Id, at("tools/call")),
             moved(Part::Id, at("{\"name\"")),
             moved(Part::Id, None),
