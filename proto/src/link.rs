@@ -151,11 +151,6 @@ impl Link {
         mut parts: http::request::Parts,
         message: Bytes,
     ) -> Result<http::Response<tonic::body::Body>, TransportError> {
-        let mut uri = http::uri::Parts::from(std::mem::take(&mut parts.uri));
-        uri.scheme = Some(http::uri::Scheme::HTTP);
-        uri.authority = Some(self.0.authority.clone());
-        parts.uri =
-            http::Uri::from_parts(uri).map_err(|e| TransportError::request(tonic::Status::internal(e.to_string())))?;
         // (A request that encodes to nothing would read as a cancel on a pipe: never sent.)
         if parts.uri.path() == crate::call::HANDLE_PATH
             && message.len() > crate::pipe::PREFIX
@@ -164,6 +159,9 @@ impl Link {
         {
             return Ok(answer);
         }
+        // A stream of its own: the request's URI in full (a call on the pipe needs only its
+        // headers, and the pipe's own request is made so in `pipe`).
+        parts.uri = self.full_uri(std::mem::take(&mut parts.uri))?;
         let (live, mut send) = self.ready().await?;
         let end = message.is_empty();
         let (response, mut stream) = send.send_request(http::Request::from_parts(parts, ()), end).map_err(|error| {
@@ -219,6 +217,14 @@ impl Link {
         }
     }
 
+    /// `uri` with the link's scheme and authority, as HTTP/2 sends them.
+    fn full_uri(&self, uri: http::Uri) -> Result<http::Uri, TransportError> {
+        let mut parts = http::uri::Parts::from(uri);
+        parts.scheme = Some(http::uri::Scheme::HTTP);
+        parts.authority = Some(self.0.authority.clone());
+        http::Uri::from_parts(parts).map_err(|e| TransportError::request(tonic::Status::internal(e.to_string())))
+    }
+
     /// The connection's open pipe, or a new one.
     async fn pipe(&self, head: &http::request::Parts) -> Result<crate::pipe::Pipe, TransportError> {
         if let Some(pipe) = self.open_pipe() {
@@ -229,7 +235,9 @@ impl Link {
             return Ok(pipe);
         }
         let (live, send) = self.ready().await?;
-        let pipe = crate::pipe::Pipe::open(send, head.clone(), live.number).inspect_err(|_| self.forget(&live))?;
+        let mut head = head.clone();
+        head.uri = self.full_uri(std::mem::take(&mut head.uri))?;
+        let pipe = crate::pipe::Pipe::open(send, head, live.number).inspect_err(|_| self.forget(&live))?;
         *self.0.pipe.lock().unwrap_or_else(|p| p.into_inner()) = Some(pipe.clone());
         Ok(pipe)
     }

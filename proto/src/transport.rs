@@ -155,12 +155,26 @@ pub fn network(link: crate::link::Link) -> GrpcChannel {
 /// end before it starts the call (tonic reads a unary request to its end). Read whole, the
 /// message leaves in one frame that ends the stream ([`crate::link::Link::send`]), and can be
 /// sent again to another replica.
+/// A body of one piece (as `crate::call` makes it) is taken as it is, with no buffer of
+/// pieces around it.
 pub(crate) async fn read_message(
     request: http::Request<Body>,
 ) -> Result<(http::request::Parts, bytes::Bytes), TransportError> {
-    let (parts, body) = request.into_parts();
-    let bytes = http_body_util::BodyExt::collect(body).await.map_err(TransportError::request)?.to_bytes();
-    Ok((parts, bytes))
+    use http_body_util::BodyExt as _;
+    let (parts, mut body) = request.into_parts();
+    let mut first: Option<bytes::Bytes> = None;
+    let mut joined = bytes::BytesMut::new();
+    while let Some(frame) = body.frame().await {
+        let Ok(data) = frame.map_err(TransportError::request)?.into_data() else { continue };
+        match first.take() {
+            None if joined.is_empty() => first = Some(data),
+            held => {
+                joined.extend_from_slice(&held.unwrap_or_default());
+                joined.extend_from_slice(&data);
+            }
+        }
+    }
+    Ok((parts, first.unwrap_or_else(|| joined.freeze())))
 }
 
 #[derive(Clone)]
@@ -224,5 +238,15 @@ mod tests {
         let (parts, message) = read_message(request).await.expect("read");
         assert_eq!(&message[..], b"\0\0\0\0\x02hi");
         assert_eq!(parts.uri.path(), "/mcp.Mcp/Call");
+        // One piece is taken as it is; three are joined in order; none is an empty message.
+        let piece = bytes::Bytes::from_static(b"\0\0\0\0\x01x");
+        let request = http::Request::post("/a").body(Body::new(Streamed(vec![piece.clone()]))).expect("request");
+        let (_, message) = read_message(request).await.expect("read");
+        assert_eq!(message.as_ptr(), piece.as_ptr(), "not copied");
+        let three = ["a", "bc", "d"].map(|p| bytes::Bytes::from_static(p.as_bytes())).to_vec();
+        let request = http::Request::post("/a").body(Body::new(Streamed(three))).expect("request");
+        assert_eq!(&read_message(request).await.expect("read").1[..], b"abcd");
+        let request = http::Request::post("/a").body(Body::new(Streamed(Vec::new()))).expect("request");
+        assert!(read_message(request).await.expect("read").1.is_empty());
     }
 }
