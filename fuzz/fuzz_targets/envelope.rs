@@ -29,6 +29,19 @@ fuzz_target!(|data: &[u8]| {
             assert_eq!(format!("{read:?}"), format!("{env:?}"));
         }
     }
+    // Any outline, the gateway's or not, gives an envelope or none, and an id it gives is one.
+    if body.len() >= 57 {
+        let outline = mcp_proto::mcp::Outline {
+            kind: i32::from(body[0] % 5),
+            parts: body[1..57].to_vec().into(),
+            meta: body[0] & 0x40 != 0,
+            meta_has_capabilities: body[0] & 0x80 != 0,
+        };
+        if let Some(env) = mcp_proto::envelope::from_outline(body, &outline) {
+            assert!(env.id.is_none_or(mcp_proto::envelope::is_valid_id));
+            let _ = env.missing_modern_meta();
+        }
+    }
     // mcp-service's parse of a body the gateway parsed: any bytes, checked or not, give a
     // message or a clean error, and a body the probe accepts reads alike both ways.
     let checked = parse_checked_body(body);

@@ -158,10 +158,17 @@ impl Engine {
         let era_hint = ctx.era.unwrap_or(Era::Legacy);
         // Over HTTP the gateway parsed the body before it, with the same function.
         let parsed = match ctx.transport {
-            Transport::StreamableHttp => match outline.and_then(|outline| envelope::from_outline(body, outline)) {
-                Some(env) => Ok(Body::Single(env)),
-                None => envelope::parse_checked_body(body),
-            },
+            Transport::StreamableHttp => {
+                let read = outline.and_then(|outline| envelope::from_outline(body, outline));
+                if outline.is_some() && read.is_none() {
+                    tracing::debug!("the envelope's outline does not fit the body: parsed instead");
+                }
+                envelope_read(if read.is_some() { "outline" } else { "body" });
+                match read {
+                    Some(env) => Ok(Body::Single(env)),
+                    None => envelope::parse_checked_body(body),
+                }
+            }
             _ => envelope::parse_body(body),
         };
         let frame = match parsed {
@@ -623,6 +630,15 @@ fn observe(env: &Envelope<'_>, era: Era, outcome: &Result<Answer, Error>, starte
     count.increment(1);
     duration.record(started.elapsed().as_secs_f64());
 }
+
+/// `mcp_envelopes_total`: bodies that came over HTTP (through the gateway) whose envelope was
+/// read `from` the gateway's outline or parsed from the `body`.
+fn envelope_read(from: &'static str) {
+    ENVELOPES.get(from, |&from| metrics::counter!("mcp_envelopes_total", "from" => from)).increment(1);
+}
+
+static ENVELOPES: std::sync::LazyLock<mcp_proto::telemetry::Handles<&'static str, metrics::Counter>> =
+    std::sync::LazyLock::new(Default::default);
 
 /// Each label set's request counter and latency histogram, by method, era and outcome.
 type RequestHandles =

@@ -289,7 +289,7 @@ pub fn parse_body_always_probed(body: &[u8]) -> Result<Body<'_>, EnvelopeError> 
 }
 
 /// [`parse_body`] for a body the HTTP edge has parsed with it already, and so probed: mcp-service
-/// over gRPC, behind the gateway. Without the probe, a body no edge checked still cannot make a
+/// over gRPC, behind the gateway, when the gateway sent no outline of it ([`from_outline`]). Without the probe, a body no edge checked still cannot make a
 /// later step recurse without limit (every tree of JSON values is built by serde_json, within
 /// its limit), and bad JSON is still refused: a single message as an invalid one (-32600)
 /// rather than a parse error, a batch or a body that is not UTF-8 as a parse error.
@@ -641,11 +641,27 @@ impl<'a> Envelope<'a> {
 /// The envelope `outline` describes in `body`, without parsing the body again: what a gateway
 /// that parsed it with [`parse_body`] sent along ([`Envelope::outline`]). `None` when the outline
 /// does not fit the body (a part outside it or not on a character's boundary, a kind not known,
-/// a part that is not what its place needs): the body is then parsed as usual. The short parts
-/// (the id, the protocol version) are read as JSON again, so that they are echoed as valid JSON
-/// whatever the outline says; `params` is read whole later (into a tree) by whoever uses it.
+/// a part outside the part it belongs to or not what its place needs): the body is then parsed
+/// as usual. The short parts (the id, the protocol version) are read as JSON again, so that they
+/// are echoed as valid JSON whatever the outline says; `params` is read whole later (into a
+/// tree) by whoever uses it.
+///
+/// The rest is taken on trust, as the gateway's other findings are (the era, the caller): that
+/// the message is a JSON-RPC message of `jsonrpc` "2.0", and which of its parts are where. Only
+/// a caller that holds the service token reaches mcp-service, and only the gateway sends outlines.
 pub fn from_outline<'a>(body: &'a [u8], outline: &pb::Outline) -> Option<Envelope<'a>> {
     if outline.parts.len() != PARTS_BYTES {
+        return None;
+    }
+    // Each part inside the one it belongs to: the message, then its `params`.
+    let within = |inner: Part, outer: Part| match (place(outline, inner), place(outline, outer)) {
+        (Some(None), Some(_)) => true,
+        (Some(Some(inner)), Some(Some(outer))) => outer.start <= inner.start && inner.end <= outer.end,
+        _ => false,
+    };
+    let nested = [Part::Id, Part::Method, Part::Params].into_iter().all(|part| within(part, Part::Message))
+        && [Part::Name, Part::Uri, Part::MetaVersion].into_iter().all(|part| within(part, Part::Params));
+    if !nested || (!outline.meta && place(outline, Part::MetaVersion) != Some(None)) {
         return None;
     }
     let text = std::str::from_utf8(body).ok()?;
@@ -667,6 +683,9 @@ pub fn from_outline<'a>(body: &'a [u8], outline: &pb::Outline) -> Option<Envelop
         }
     };
     let raw = part(Part::Message).ok()??;
+    if !(raw.starts_with('{') && raw.ends_with('}')) {
+        return None;
+    }
     let kind = match pb::MessageKind::try_from(outline.kind).ok()? {
         pb::MessageKind::Request => Kind::Request,
         pb::MessageKind::Notification => Kind::Notification,
@@ -1026,10 +1045,12 @@ mod tests {
         assert!(single(body).outline(&copy).is_none());
     }
 
-    /// An outline that does not fit its body is set aside (`None`): a span past the end or
-    /// inside a character, a kind not known, an id that is not one, a notification with an id or
-    /// a request without one, a response with a method, a method with a quote in it, `params`
-    /// that are not an object, an array or `null`.
+    /// An outline that does not fit its body is set aside (`None`): a part past the end or
+    /// inside a character, too few or too many numbers, a kind not known, an id that is not
+    /// JSON or not an id, a notification with an id or a request without one, a response with a
+    /// method, a method with a quote in it, `params` that are not an object, an array or `null`,
+    /// a part outside the part it belongs to, a message that is not an object, a protocol version
+    /// without `_meta`.
     #[test]
     fn an_outline_that_does_not_fit_is_set_aside() {
         let body =
@@ -1065,6 +1086,13 @@ mod tests {
             moved(Part::Method, at("a\\\"b")),
             moved(Part::Params, at("tools/call")),
             moved(Part::MetaVersion, at("{\"name\"")),
+            // Parts outside the part they belong to, or a message that is not an object.
+            moved(Part::Message, at("{\"name\"")),
+            moved(Part::Name, at("tools/call")),
+            moved(Part::Message, at("\"jsonrpc\"")),
+            // An id that is JSON but not an id; a version without `_meta`.
+            moved(Part::Id, at("{\"name\":\"é\",\"x\":\"a\\\"b\"}")),
+            pb::Outline { meta: false, ..moved(Part::MetaVersion, at("\"é\"")) },
         ];
         for (i, outline) in unfit.iter().enumerate() {
             assert!(from_outline(bytes, outline).is_none(), "case {i}: {outline:?}");

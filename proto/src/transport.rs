@@ -156,7 +156,7 @@ pub fn network(link: crate::link::Link) -> GrpcChannel {
 /// message leaves in one frame that ends the stream ([`crate::link::Link::send`]), and can be
 /// sent again to another replica.
 /// A body of one piece (as `crate::call` makes it) is taken as it is, with no buffer of
-/// pieces around it.
+/// pieces allocated around it.
 pub(crate) async fn read_message(
     request: http::Request<Body>,
 ) -> Result<(http::request::Parts, bytes::Bytes), TransportError> {
@@ -166,6 +166,9 @@ pub(crate) async fn read_message(
     let mut joined = bytes::BytesMut::new();
     while let Some(frame) = body.frame().await {
         let Ok(data) = frame.map_err(TransportError::request)?.into_data() else { continue };
+        if data.is_empty() {
+            continue;
+        }
         match first.take() {
             None if joined.is_empty() => first = Some(data),
             held => {

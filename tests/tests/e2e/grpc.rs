@@ -148,13 +148,10 @@ async fn handle_answers_its_frames_then_ok() {
     assert_eq!(answer.status, "0", "{}", answer.message);
 }
 
-/// Calls refused: without the service token (checked before the message is read), with a
-/// compressed or malformed message, and to a method that does not exist; each with a status
-/// and its reason.
 /// The envelope's outline the gateway sends stands for mcp-service's own parse when it fits
 /// the body, and is set aside when it does not: an outline whose `id` is another number of the
 /// body is answered with that id (so the outline was read, not the body parsed again); one that
-/// does not fit (a span past the end, a kind not known, an id that is not JSON) is answered as
+/// does not fit (a part past the end, a kind not known, an id that is not JSON) is answered as
 /// the body says.
 #[tokio::test]
 async fn handle_reads_the_envelope_from_its_outline_when_it_fits() {
@@ -213,6 +210,9 @@ async fn handle_reads_the_envelope_from_its_outline_when_it_fits() {
     }
 }
 
+/// Calls refused: without the service token (checked before the message is read), with a
+/// compressed or malformed message, and to a method that does not exist; each with a status
+/// and its reason.
 #[tokio::test]
 async fn handle_refuses_what_it_cannot_serve() {
     let (_registry, mcp, _dir) = engine("builtins: [demo]\n").await;

@@ -84,6 +84,9 @@ async fn text_tools_are_rendered_without_the_registry() {
     assert!(!registry_metrics.contains("registry_tool_calls_total{tool=\"greet\""), "{registry_metrics}");
     let counted = e2e::metrics(&format!("http://127.0.0.1:{metrics_port}")).await;
     assert!(counted.contains("mcp_text_tool_calls_total{tool=\"greet\",outcome=\"ok\"} 1"), "{counted}");
+    // mcp-service read each envelope from the gateway's outline, parsing none of the bodies.
+    assert!(counted.contains("mcp_envelopes_total{from=\"outline\"} 2"), "{counted}");
+    assert!(!counted.contains("mcp_envelopes_total{from=\"body\"}"), "{counted}");
     // A legacy answer has no `resultType` and no `_meta` (and the quote in its text is escaped).
     let legacy =
         client.legacy("2025-06-18", 6, "tools/call", json!({"name": "greet", "arguments": {"who": "\"Ada\""}})).await;
