@@ -214,20 +214,13 @@ where
     B::Error: std::fmt::Display,
 {
     let internal = |why: &str| tonic::Status::internal(why.to_owned());
-    let mut first: Option<Bytes> = None;
-    let mut joined = BytesMut::new();
+    let mut gathered = mcp_proto::body::Gathered::default();
     let mut length = None;
     while let Some(frame) = body.frame().await {
         let frame = frame.map_err(|e| tonic::Status::internal(format!("the message could not be read: {e}")))?;
         let Ok(data) = frame.into_data() else { continue };
-        match first.take() {
-            None if joined.is_empty() => first = Some(data),
-            held => {
-                joined.extend_from_slice(&held.unwrap_or_default());
-                joined.extend_from_slice(&data);
-            }
-        }
-        let have = first.as_ref().map_or(&joined[..], |f| &f[..]);
+        gathered.push(data);
+        let have = gathered.bytes();
         if length.is_none() && have.len() >= 5 {
             if have[0] != 0 {
                 // A compressed message where none was announced (gRPC's HTTP/2 mapping).
@@ -245,7 +238,7 @@ where
             return Err(internal("the request carries more than one message"));
         }
     }
-    let mut whole = first.unwrap_or_else(|| joined.freeze());
+    let mut whole = gathered.into_bytes();
     match length {
         None => Err(internal("the request carries no message")),
         Some(l) if whole.len() < 5 + l => Err(internal("the request ended before its message did")),

@@ -4,6 +4,38 @@ use std::time::Duration;
 
 use bytes::Bytes;
 
+/// The pieces of a body as they arrive, gathered: a body of one piece is kept as it is (not
+/// copied), the pieces of a longer one are joined in one buffer. Empty pieces are skipped.
+#[derive(Default)]
+pub struct Gathered {
+    first: Option<Bytes>,
+    joined: bytes::BytesMut,
+}
+
+impl Gathered {
+    pub fn push(&mut self, data: Bytes) {
+        if data.is_empty() {
+            return;
+        }
+        match self.first.take() {
+            None if self.joined.is_empty() => self.first = Some(data),
+            held => {
+                self.joined.extend_from_slice(&held.unwrap_or_default());
+                self.joined.extend_from_slice(&data);
+            }
+        }
+    }
+
+    /// What has arrived so far.
+    pub fn bytes(&self) -> &[u8] {
+        self.first.as_deref().unwrap_or(&self.joined)
+    }
+
+    pub fn into_bytes(self) -> Bytes {
+        self.first.unwrap_or_else(|| self.joined.freeze())
+    }
+}
+
 /// Why a request's body was not read whole.
 #[derive(Debug, PartialEq, Eq)]
 pub enum BodyError {

@@ -289,10 +289,11 @@ pub fn parse_body_always_probed(body: &[u8]) -> Result<Body<'_>, EnvelopeError> 
 }
 
 /// [`parse_body`] for a body the HTTP edge has parsed with it already, and so probed: mcp-service
-/// over gRPC, behind the gateway, when the gateway sent no outline of it ([`from_outline`]). Without the probe, a body no edge checked still cannot make a
-/// later step recurse without limit (every tree of JSON values is built by serde_json, within
-/// its limit), and bad JSON is still refused: a single message as an invalid one (-32600)
-/// rather than a parse error, a batch or a body that is not UTF-8 as a parse error.
+/// over gRPC, behind the gateway, when the gateway sent no outline of it ([`from_outline`]).
+/// Without the probe, a body no edge checked still cannot make a later step recurse without
+/// limit (every tree of JSON values is built by serde_json, within its limit), and bad JSON is
+/// still refused: a single message as an invalid one (-32600) rather than a parse error, a batch
+/// or a body that is not UTF-8 as a parse error.
 pub fn parse_checked_body(body: &[u8]) -> Result<Body<'_>, EnvelopeError> {
     parse(body, Probing::Never)
 }
@@ -557,6 +558,10 @@ pub enum Part {
 /// How many parts an outline places.
 const PARTS: usize = 7;
 
+/// The parts, in their order.
+const PARTS_IN_ORDER: [Part; PARTS] =
+    [Part::Message, Part::Id, Part::Method, Part::Params, Part::Name, Part::Uri, Part::MetaVersion];
+
 /// The bytes an outline's numbers take.
 const PARTS_BYTES: usize = 2 * PARTS * 4;
 
@@ -653,36 +658,41 @@ pub fn from_outline<'a>(body: &'a [u8], outline: &pb::Outline) -> Option<Envelop
     if outline.parts.len() != PARTS_BYTES {
         return None;
     }
+    // Every part's place, read once.
+    let mut places: [Option<std::ops::Range<usize>>; PARTS] = Default::default();
+    for (at, place_of) in places.iter_mut().zip(PARTS_IN_ORDER) {
+        *at = place(outline, place_of)?;
+    }
+    let at = |part: Part| places[part as usize].as_ref();
     // Each part inside the one it belongs to: the message, then its `params`.
-    let within = |inner: Part, outer: Part| match (place(outline, inner), place(outline, outer)) {
-        (Some(None), Some(_)) => true,
-        (Some(Some(inner)), Some(Some(outer))) => outer.start <= inner.start && inner.end <= outer.end,
-        _ => false,
+    let within = |inner: Part, outer: Part| match (at(inner), at(outer)) {
+        (None, _) => true,
+        (Some(inner), Some(outer)) => outer.start <= inner.start && inner.end <= outer.end,
+        (Some(_), None) => false,
     };
     let nested = [Part::Id, Part::Method, Part::Params].into_iter().all(|part| within(part, Part::Message))
         && [Part::Name, Part::Uri, Part::MetaVersion].into_iter().all(|part| within(part, Part::Params));
-    if !nested || (!outline.meta && place(outline, Part::MetaVersion) != Some(None)) {
+    if !nested || (!outline.meta && at(Part::MetaVersion).is_some()) {
         return None;
     }
+    // Each part's text: the outline does not fit when one is outside the body or cuts a
+    // character.
     let text = std::str::from_utf8(body).ok()?;
-    let part = |part: Part| match place(outline, part).ok_or(())? {
-        None => Ok(None),
-        Some(at) => text.get(at).map(Some).ok_or(()),
-    };
-    let json = |which: Part| -> Result<Option<&'a RawValue>, ()> {
-        match part(which)? {
-            None => Ok(None),
-            Some(part) => serde_json::from_str::<&RawValue>(part).map(Some).map_err(drop),
+    let mut texts: [Option<&'a str>; PARTS] = [None; PARTS];
+    for (found, place) in texts.iter_mut().zip(&places) {
+        if let Some(place) = place {
+            *found = Some(text.get(place.clone())?);
         }
-    };
+    }
+    let part = |part: Part| texts[part as usize];
+    // The short parts read as JSON again.
+    let json = |which: Part| part(which).map(serde_json::from_str::<&RawValue>).transpose().ok();
     // A string's text as is: no quote or backslash can be in it.
-    let plain = |which: Part| -> Result<Option<Cow<'a, str>>, ()> {
-        match part(which)? {
-            Some(text) if text.contains(['"', '\\']) => Err(()),
-            found => Ok(found.map(Cow::Borrowed)),
-        }
+    let plain = |which: Part| match part(which) {
+        Some(text) if text.contains(['"', '\\']) => None,
+        found => Some(found.map(Cow::Borrowed)),
     };
-    let raw = part(Part::Message).ok()??;
+    let raw = part(Part::Message)?;
     if !(raw.starts_with('{') && raw.ends_with('}')) {
         return None;
     }
@@ -692,16 +702,16 @@ pub fn from_outline<'a>(body: &'a [u8], outline: &pb::Outline) -> Option<Envelop
         pb::MessageKind::Response => Kind::Response,
         pb::MessageKind::Unspecified => return None,
     };
-    let id = json(Part::Id).ok()?;
+    let id = json(Part::Id)?;
     if id.is_some_and(|id| !is_valid_id(id)) || (kind == Kind::Notification) != id.is_none() {
         return None;
     }
     let method = match kind {
-        Kind::Response if part(Part::Method).ok()?.is_none() => Cow::Borrowed(""),
+        Kind::Response if part(Part::Method).is_none() => Cow::Borrowed(""),
         Kind::Response => return None,
-        Kind::Request | Kind::Notification => plain(Part::Method).ok()??,
+        Kind::Request | Kind::Notification => plain(Part::Method)??,
     };
-    let params = part(Part::Params).ok()?;
+    let params = part(Part::Params);
     if params.is_some_and(|p| !(p.starts_with('{') || p.starts_with('[') || p == "null")) {
         return None;
     }
@@ -711,10 +721,10 @@ pub fn from_outline<'a>(body: &'a [u8], outline: &pb::Outline) -> Option<Envelop
         id,
         method,
         params,
-        name: plain(Part::Name).ok()?,
-        uri: plain(Part::Uri).ok()?,
+        name: plain(Part::Name)?,
+        uri: plain(Part::Uri)?,
         meta: outline.meta,
-        meta_version: json(Part::MetaVersion).ok()?,
+        meta_version: json(Part::MetaVersion)?,
         meta_has_capabilities: outline.meta_has_capabilities,
     })
 }

@@ -155,29 +155,21 @@ pub fn network(link: crate::link::Link) -> GrpcChannel {
 /// end before it starts the call (tonic reads a unary request to its end). Read whole, the
 /// message leaves in one frame that ends the stream ([`crate::link::Link::send`]), and can be
 /// sent again to another replica.
+///
 /// A body of one piece (as `crate::call` makes it) is taken as it is, with no buffer of
-/// pieces allocated around it.
+/// pieces allocated around it ([`crate::body::Gathered`]).
 pub(crate) async fn read_message(
     request: http::Request<Body>,
 ) -> Result<(http::request::Parts, bytes::Bytes), TransportError> {
     use http_body_util::BodyExt as _;
     let (parts, mut body) = request.into_parts();
-    let mut first: Option<bytes::Bytes> = None;
-    let mut joined = bytes::BytesMut::new();
+    let mut gathered = crate::body::Gathered::default();
     while let Some(frame) = body.frame().await {
-        let Ok(data) = frame.map_err(TransportError::request)?.into_data() else { continue };
-        if data.is_empty() {
-            continue;
-        }
-        match first.take() {
-            None if joined.is_empty() => first = Some(data),
-            held => {
-                joined.extend_from_slice(&held.unwrap_or_default());
-                joined.extend_from_slice(&data);
-            }
+        if let Ok(data) = frame.map_err(TransportError::request)?.into_data() {
+            gathered.push(data);
         }
     }
-    Ok((parts, first.unwrap_or_else(|| joined.freeze())))
+    Ok((parts, gathered.into_bytes()))
 }
 
 #[derive(Clone)]
